@@ -1,0 +1,216 @@
+"""Server configuration: one frozen dataclass, validated once; argparse only at the edge.
+
+Every hot path (H1-H6, see ``HOT_PATHS``) is a field here whose value picks its legacy or
+optimized form once at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class HotPath(NamedTuple):
+    """One hot path: the config field that selects it and its two forms."""
+
+    id: str
+    field: str
+    legacy: Any
+    optimized: Any
+    upstream: str
+
+
+HOT_PATHS: tuple[HotPath, ...] = (
+    HotPath("H1", "wakeup", "immediate", "batched", "sglang#22658 batch notify"),
+    HotPath("H2", "sse_encoder", "pydantic", "msgspec", "sglang#22658 SSE fast path"),
+    HotPath("H3", "stream_output", "copy", "reference", "sglang#22567 no O(n^2) copy"),
+    HotPath("H4", "token_storage", "list", "array", "sglang#25098 array('q') token ids"),
+    HotPath("H5", "prefill_delayer_queue_min_ratio", None, "(set)", "sglang#23189 queue trigger"),
+    HotPath("H6", "stream_delta", "concat", "offset", "sglang#22606 integer offsets"),
+)
+
+ENGINES = ("sim",)
+SIM_TIMES = ("real", "virtual")
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """Everything the three server processes need to know, validated in ``__post_init__``."""
+
+    # HTTP
+    host: str = "127.0.0.1"
+    port: int = 30000
+    served_model_name: str = "reference-sim"
+    log_level: str = "warning"
+    # Model, tokenizer and engine
+    engine: str = "sim"
+    tokenizer_path: str | None = None
+    context_length: int = 131072
+    sim_profile: str = "h100-llama-8b"
+    sim_time: str = "real"
+    sim_seed: int = 0
+    # Scheduler
+    max_running_requests: int = 4096
+    max_prefill_tokens: int = 16384
+    max_total_tokens: int | None = None
+    max_n: int = 16
+    stream_interval: int = 1
+    # H1: batched wake-ups
+    wakeup: str = "batched"
+    batch_notify_size: int = 16
+    # H2: SSE chunk encoding
+    sse_encoder: str = "msgspec"
+    # H3: non-incremental streaming outputs
+    stream_output: str = "reference"
+    incremental_streaming_output: bool = False
+    # H4: token id storage
+    token_storage: str = "array"
+    # H5: prefill delayer
+    enable_prefill_delayer: bool = False
+    prefill_delayer_max_delay_passes: int = 30
+    prefill_delayer_token_usage_low_watermark: float | None = None
+    prefill_delayer_queue_min_ratio: float | None = None
+    prefill_delayer_max_delay_ms: float | None = None
+    # H6: stream delta tracking
+    stream_delta: str = "offset"
+    # Internal: where the processes' IPC sockets live (set by the launcher).
+    ipc_dir: str = field(default="", metadata={"cli": False})
+
+    def __post_init__(self) -> None:
+        _check_choice("engine", self.engine, ENGINES)
+        _check_choice("sim_time", self.sim_time, SIM_TIMES)
+        for hp in HOT_PATHS:
+            if hp.id != "H5":
+                _check_choice(hp.field, getattr(self, hp.field), (hp.legacy, hp.optimized))
+        _check_positive("port", self.port, allow_zero=True)
+        for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
+                     "stream_interval", "prefill_delayer_max_delay_passes"):
+            _check_positive(name, getattr(self, name))
+        _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
+        if self.max_total_tokens is not None:
+            _check_positive("max_total_tokens", self.max_total_tokens)
+        ratio = self.prefill_delayer_queue_min_ratio
+        if ratio is not None and not (0 < ratio <= 1):
+            raise ValueError(f"prefill_delayer_queue_min_ratio must be in (0, 1], got {ratio}")
+        watermark = self.prefill_delayer_token_usage_low_watermark
+        if watermark is not None and not (0 <= watermark <= 1):
+            raise ValueError(f"prefill_delayer_token_usage_low_watermark must be in [0, 1], got {watermark}")
+
+    @property
+    def effective_max_delay_ms(self) -> float:
+        """Wall-clock cap on a queue-triggered delay (upstream default 5 s)."""
+        return 5000.0 if self.prefill_delayer_max_delay_ms is None else self.prefill_delayer_max_delay_ms
+
+    @property
+    def effective_batch_notify_size(self) -> int:
+        """A size of 0 or 1 means: set and yield after every request."""
+        return max(1, self.batch_notify_size)
+
+    def hot_path_forms(self) -> dict[str, str]:
+        """``{"H1": "optimized", ...}``: which form each hot path runs in."""
+        forms = {}
+        for hp in HOT_PATHS:
+            value = getattr(self, hp.field)
+            is_legacy = value is None if hp.id == "H5" else value == hp.legacy
+            forms[hp.id] = "legacy" if is_legacy else "optimized"
+        return forms
+
+    def all_legacy(self) -> ServerArgs:
+        """A copy with every hot path in its legacy form."""
+        return dataclasses.replace(self, **{hp.field: hp.legacy for hp in HOT_PATHS})
+
+
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _check_positive(name: str, value: int, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+_HELP = {
+    "host": "Address to bind (loopback unless told otherwise).",
+    "port": "HTTP port.",
+    "served_model_name": "Model name reported by /v1/models and accepted in requests.",
+    "log_level": "Logging level of every process.",
+    "engine": "Model engine: 'sim' (seeded tokens, step times from a latency model).",
+    "tokenizer_path": "Local tokenizer.json or directory holding one; default: embedded byte-level tokenizer.",
+    "context_length": "Maximum prompt + output tokens per request.",
+    "sim_profile": "Latency profile of the sim engine (see reference_impl.engine.sim.PROFILES).",
+    "sim_time": "Sim engine clock: 'real' sleeps for each step, 'virtual' advances a virtual clock.",
+    "sim_seed": "Seed of the sim engine's token streams.",
+    "max_running_requests": "Maximum requests in the running batch.",
+    "max_prefill_tokens": "Maximum prompt tokens admitted in one prefill step.",
+    "max_total_tokens": "KV-cache budget in tokens (default: what the engine reports).",
+    "max_n": "Largest accepted 'n' (choices per request).",
+    "stream_interval": "Send streaming outputs every N decode steps.",
+    "wakeup": "[H1, sglang#22658] 'immediate' sets every waiting stream's event at once (legacy); "
+              "'batched' sets events in groups and yields between groups.",
+    "batch_notify_size": "[H1] Requests per wake-up group in the batched form (0 or 1: every request).",
+    "sse_encoder": "[H2, sglang#22658] SSE chat chunks via 'pydantic' models (legacy) or 'msgspec' Structs.",
+    "stream_output": "[H3, sglang#22567] Non-incremental streaming: 'copy' queues a copy of all ids and "
+                     "text per step (legacy); 'reference' queues a reference and builds text once.",
+    "incremental_streaming_output": "Queue only new ids/text per output instead of the cumulative ones.",
+    "token_storage": "[H4, sglang#25098] Request token ids as 'list' (legacy) or array('q').",
+    "enable_prefill_delayer": "[H5] Consult the prefill delayer before each prefill.",
+    "prefill_delayer_max_delay_passes": "[H5] Passes a mixed-rank delay may last before 'wait_timeout'.",
+    "prefill_delayer_token_usage_low_watermark": "[H5] KV usage below which prefill is always allowed.",
+    "prefill_delayer_queue_min_ratio": "[H5, sglang#23189] Enables the queue trigger (unset: slot "
+                                       "condition only, the legacy form).",
+    "prefill_delayer_max_delay_ms": "[H5] Wall-clock cap of a queue-triggered delay (default 5000).",
+    "stream_delta": "[H6, sglang#22606] Stream deltas by 'concat' string buffers (legacy) or integer 'offset'.",
+}
+
+
+def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentParser:
+    """An argparse parser whose flags and defaults come from ``ServerArgs``."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Reference OpenAI-compatible serving stack carrying hot paths H1-H6 "
+                    "in legacy and optimized forms (defaults: optimized).",
+    )
+    for f in dataclasses.fields(ServerArgs):
+        if not f.metadata.get("cli", True):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true", help=_HELP.get(f.name))
+            continue
+        kwargs: dict[str, Any] = {"default": f.default, "help": _HELP.get(f.name), "type": _parse_type(f.type)}
+        hp = next((h for h in HOT_PATHS if h.field == f.name and h.id != "H5"), None)
+        if hp is not None:
+            kwargs["choices"] = (hp.legacy, hp.optimized)
+        elif f.name == "engine":
+            kwargs["choices"] = ENGINES
+        elif f.name == "sim_time":
+            kwargs["choices"] = SIM_TIMES
+        parser.add_argument(flag, **kwargs)
+    parser.add_argument("--all-legacy", action="store_true",
+                        help="Select the legacy form of every hot path (H1-H6) at once.")
+    return parser
+
+
+def _parse_type(type_name: Any):
+    text = str(type_name)
+    if "float" in text:
+        return float
+    if "int" in text:
+        return int
+    return str
+
+
+def from_cli(argv: list[str] | None = None) -> ServerArgs:
+    """Parse command-line flags into a validated ``ServerArgs``."""
+    parser = build_parser()
+    ns = vars(parser.parse_args(argv))
+    all_legacy = ns.pop("all_legacy")
+    try:
+        args = ServerArgs(**ns)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args.all_legacy() if all_legacy else args
+

@@ -1,0 +1,85 @@
+"""Typed push/pull queues over ZeroMQ IPC sockets, so stage code never touches sockets.
+
+Messages are msgspec Structs (see ``messages``) encoded as msgpack.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Generic, TypeVar
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+T = TypeVar("T")
+
+SCHEDULER_IN = "scheduler_in"
+DETOKENIZER_IN = "detokenizer_in"
+TOKENIZER_MANAGER_IN = "tokenizer_manager_in"
+
+
+def endpoint(ipc_dir: str, name: str) -> str:
+    """The zmq address of the named input socket."""
+    return "ipc://" + os.path.join(ipc_dir, name)
+
+
+class PushQueue:
+    """Sends messages to a stage's input socket (blocking sends)."""
+
+    def __init__(self, ctx: zmq.Context, address: str):
+        self._sock = ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SNDHWM, 0)
+        self._sock.connect(address)
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def put(self, msg: Any) -> None:
+        self._sock.send(self._encoder.encode(msg), copy=False)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class PullQueue(Generic[T]):
+    """A stage's own input socket (bound), decoding into the given message type."""
+
+    def __init__(self, ctx: zmq.Context, address: str, msg_type: Any):
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.bind(address)
+        self._decoder = msgspec.msgpack.Decoder(msg_type)
+
+    def get(self, timeout_ms: int | None = None) -> T | None:
+        """The next message, or None when none came within ``timeout_ms``."""
+        if timeout_ms is not None and not self._sock.poll(timeout_ms):
+            return None
+        return self._decoder.decode(self._sock.recv(copy=False).buffer)
+
+    def get_nowait(self) -> T | None:
+        try:
+            return self._decoder.decode(self._sock.recv(zmq.NOBLOCK, copy=False).buffer)
+        except zmq.Again:
+            return None
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class AsyncPullQueue(Generic[T]):
+    """``PullQueue`` for an asyncio event loop."""
+
+    def __init__(self, ctx: zmq.asyncio.Context, address: str, msg_type: Any):
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.bind(address)
+        self._decoder = msgspec.msgpack.Decoder(msg_type)
+
+    async def get(self) -> T:
+        frame = await self._sock.recv(copy=False)
+        return self._decoder.decode(frame.buffer)
+
+    def close(self) -> None:
+        self._sock.close()
