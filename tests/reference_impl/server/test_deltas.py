@@ -1,0 +1,102 @@
+"""H6: every delta tracker streams exactly the generated text, in every output mode."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference_impl.server.deltas import (
+    DELTA_FORMS,
+    ConcatDeltaTracker,
+    DeltaTracker,
+    OffsetDeltaTracker,
+    get_delta_tracker,
+)
+
+# Pieces a detokenizer may emit: ASCII, multi-byte characters, emoji with joiners, newlines.
+pieces = st.lists(st.text(alphabet=st.sampled_from(list("ab \n\"é漢🦀\u200d")), max_size=6),
+                  max_size=12)
+choices = st.lists(pieces, min_size=1, max_size=4)
+
+
+def cumulative(parts: list[str]) -> list[str]:
+    """The cumulative texts a non-incremental stream delivers for these pieces."""
+    texts, text = [], ""
+    for part in parts:
+        text += part
+        texts.append(text)
+    return texts
+
+
+def interleave(per_choice: list[list[str]]) -> list[tuple[int, str]]:
+    """Outputs of all choices, round-robin, as ``(index, text)``."""
+    longest = max(len(outputs) for outputs in per_choice)
+    return [(i, outputs[step]) for step in range(longest)
+            for i, outputs in enumerate(per_choice) if step < len(outputs)]
+
+
+def stream(tracker: DeltaTracker, outputs: list[tuple[int, str]]) -> dict[int, str]:
+    joined: dict[int, str] = {}
+    for index, text in outputs:
+        joined[index] = joined.get(index, "") + tracker.delta(index, text)
+    return joined
+
+
+@pytest.mark.parametrize("form", DELTA_FORMS)
+@given(per_choice=choices)
+def test_joined_deltas_equal_final_text(form, per_choice):
+    tracker = get_delta_tracker(form, incremental=False)()
+    outputs = interleave([cumulative(parts) for parts in per_choice])
+    joined = stream(tracker, outputs)
+    assert joined == {i: "".join(parts) for i, parts in enumerate(per_choice) if parts}
+
+
+@pytest.mark.parametrize("form", DELTA_FORMS)
+@given(per_choice=choices)
+def test_incremental_text_is_the_delta(form, per_choice):
+    tracker = get_delta_tracker(form, incremental=True)()
+    outputs = interleave(per_choice)
+    deltas = [tracker.delta(index, text) for index, text in outputs]
+    assert deltas == [text for _, text in outputs]
+    assert stream(get_delta_tracker(form, incremental=True)(), outputs) == {
+        i: "".join(parts) for i, parts in enumerate(per_choice) if parts}
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+@pytest.mark.parametrize("form", DELTA_FORMS)
+def test_first_chunk_detected_even_when_empty(form, incremental):
+    tracker = get_delta_tracker(form, incremental)()
+    assert tracker.is_first(0) and tracker.is_first(1)
+    assert tracker.delta(0, "") == ""
+    assert not tracker.is_first(0)
+    assert tracker.is_first(1)
+    tracker.delta(1, "x")
+    assert not tracker.is_first(1)
+
+
+@pytest.mark.parametrize("form", DELTA_FORMS)
+def test_shorter_final_text_gives_empty_delta(form):
+    tracker = get_delta_tracker(form, incremental=False)()
+    assert tracker.delta(0, "Hello") == "Hello"
+    assert tracker.delta(0, "Hello EN") == " EN"
+    assert tracker.delta(0, "Hello") == ""
+
+
+@given(parts=pieces, prompt=st.text(min_size=1, max_size=5))
+def test_echo_stays_outside_the_tracker(parts, prompt):
+    """The serving layer prepends the echo; later deltas lose nothing (upstream review bug)."""
+    tracker = OffsetDeltaTracker()
+    streamed = ""
+    for text in cumulative(parts):
+        first = tracker.is_first(0)
+        streamed += (prompt if first else "") + tracker.delta(0, text)
+    assert streamed == prompt + "".join(parts) if parts else streamed == ""
+
+
+def test_registry():
+    assert get_delta_tracker("concat", False) is ConcatDeltaTracker
+    assert get_delta_tracker("offset", False) is OffsetDeltaTracker
+    assert {get_delta_tracker(f, True).form for f in DELTA_FORMS} == set(DELTA_FORMS)
+    with pytest.raises(ValueError, match="rope"):
+        get_delta_tracker("rope", False)
