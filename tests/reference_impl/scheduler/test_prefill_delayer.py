@@ -1,0 +1,324 @@
+"""Table tests of the H5 prefill delayer decision, for several ranks, without processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from reference_impl.config import ServerArgs
+from reference_impl.scheduler.prefill_delayer import (
+    NO_PREFILL,
+    OUTCOME_KEYS,
+    Decision,
+    Delay,
+    DelayerConfig,
+    DelayerState,
+    PrefillDelayer,
+    RankInfo,
+    decide,
+)
+
+ALL = [True, True, True, True]
+MIXED = [True, False, True, False]
+NONE = [False, False, False, False]
+ALLOW_NO_WAIT = (True, "no_wait")
+DELAY = (False, "delay")
+
+
+@dataclass(frozen=True)
+class NegotiateCall:
+    """One pass: per-rank values (a scalar means every rank) and the expected outcome."""
+
+    prefillable: list[bool]
+    expected: tuple[bool, str]
+    token_usage: float | list[float] = 0.9
+    running_batch: int | list[int] = 0
+    max_prefill_bs: int | list[int] = 0
+    waiting_queue_len: int | list[int] = 0
+    now: float = 0.0
+
+    def ranks(self) -> list[RankInfo]:
+        num_ranks = len(self.prefillable)
+        return [
+            RankInfo(
+                prefillable=self.prefillable[i],
+                token_usage=_at(self.token_usage, i, num_ranks),
+                running_batch=_at(self.running_batch, i, num_ranks),
+                max_prefill_bs=_at(self.max_prefill_bs, i, num_ranks),
+                waiting_queue_len=_at(self.waiting_queue_len, i, num_ranks),
+            )
+            for i in range(num_ranks)
+        ]
+
+
+def _at(value, i: int, num_ranks: int):
+    if isinstance(value, list):
+        assert len(value) == num_ranks
+        return value[i]
+    return value
+
+
+@dataclass(frozen=True)
+class NegotiateTestCase:
+    name: str
+    calls: list[NegotiateCall]
+    config: dict = field(default_factory=dict)
+
+    def delayer_config(self) -> DelayerConfig:
+        defaults = dict(max_delay_passes=100, token_usage_low_watermark=0.8,
+                        queue_min_ratio=None, max_delay_ms=5000.0, max_running_requests=1024)
+        return DelayerConfig(**(defaults | self.config))
+
+
+def _queue(expected, waiting=10, now=0.0, **kwargs) -> NegotiateCall:
+    """All ranks prefillable, running 100, max prefill bs 80: queue_min is 50 at ratio 0.5."""
+    values = dict(running_batch=100, max_prefill_bs=80, waiting_queue_len=waiting, now=now)
+    return NegotiateCall(ALL, expected, **(values | kwargs))
+
+
+def _slot(expected, running=120, now=0.0, **kwargs) -> NegotiateCall:
+    """All ranks prefillable, 128 slots, max prefill bs 16: the slot condition holds above 112."""
+    running_batch = running if isinstance(running, list) else [100, running, 100, 100]
+    values = dict(running_batch=running_batch, max_prefill_bs=16, now=now)
+    return NegotiateCall(ALL, expected, **(values | kwargs))
+
+
+QUEUE = dict(queue_min_ratio=0.5)
+SLOT = dict(max_running_requests=128)
+
+CASES = [
+    NegotiateTestCase("none_prefillable", [NegotiateCall(NONE, (True, ""))]),
+    NegotiateTestCase("all_prefillable", [NegotiateCall(ALL, ALLOW_NO_WAIT)] * 2),
+    NegotiateTestCase("mixed_delay", [NegotiateCall(MIXED, DELAY)] * 3),
+    NegotiateTestCase("mixed_watermark_force_allow", [
+        NegotiateCall(MIXED, (True, "token_watermark"), token_usage=[0.5, 0.9, 0.9, 0.9]),
+    ]),
+    NegotiateTestCase("mixed_watermark_disabled", [
+        NegotiateCall(MIXED, DELAY, token_usage=[0.5, 0.9, 0.9, 0.9]),
+    ], dict(token_usage_low_watermark=None)),
+    NegotiateTestCase("mixed_watermark_not_prefillable", [
+        NegotiateCall([False, False, True, False], DELAY, token_usage=[0.5, 0.9, 0.9, 0.9]),
+    ]),
+    NegotiateTestCase("mixed_watermark_ends_delay", [
+        NegotiateCall(MIXED, DELAY),
+        NegotiateCall(MIXED, (True, "token_watermark"), token_usage=[0.9, 0.9, 0.1, 0.9]),
+        NegotiateCall(MIXED, DELAY),
+    ]),
+    NegotiateTestCase("mixed_pass_cap", [
+        NegotiateCall(MIXED, DELAY),
+        NegotiateCall(MIXED, DELAY),
+        NegotiateCall(MIXED, (True, "wait_timeout")),
+        NegotiateCall(MIXED, DELAY),
+    ], dict(max_delay_passes=3)),
+    NegotiateTestCase("mixed_pass_cap_of_one", [
+        NegotiateCall(MIXED, (True, "wait_timeout")),
+    ], dict(max_delay_passes=1)),
+    NegotiateTestCase("mixed_then_none_ends_delay", [
+        NegotiateCall(MIXED, DELAY),
+        NegotiateCall(NONE, (True, "")),
+        NegotiateCall(ALL, ALLOW_NO_WAIT),
+    ]),
+    NegotiateTestCase("wait_success_after_mixed_delay", [
+        NegotiateCall(MIXED, DELAY),
+        NegotiateCall(ALL, (True, "wait_success")),
+        NegotiateCall(ALL, ALLOW_NO_WAIT),
+    ]),
+    NegotiateTestCase("all_watermark_force_allow_keeps_skip_first", [
+        _slot((True, "token_watermark"), token_usage=[0.9, 0.9, 0.9, 0.5]),
+        _slot(ALLOW_NO_WAIT),
+        _slot(DELAY),
+    ], SLOT),
+    NegotiateTestCase("slot_condition", [
+        _slot(ALLOW_NO_WAIT),
+        _slot(DELAY),
+        _slot(DELAY),
+        _slot((True, "wait_success"), running=112),
+        _slot(DELAY),
+    ], SLOT),
+    NegotiateTestCase("slot_condition_below_threshold", [_slot(ALLOW_NO_WAIT, running=112)] * 3,
+                      SLOT),
+    NegotiateTestCase("slot_condition_not_capped_by_passes", [
+        _slot(ALLOW_NO_WAIT), *[_slot(DELAY)] * 6,
+    ], SLOT | dict(max_delay_passes=2)),
+    NegotiateTestCase("slot_condition_held_by_one_rank", [
+        _slot(ALLOW_NO_WAIT, max_prefill_bs=[16, 0, 0, 0]),
+        _slot(DELAY, max_prefill_bs=[16, 0, 0, 0]),
+    ], SLOT),
+    NegotiateTestCase("skip_first_after_mixed_delay", [
+        NegotiateCall(MIXED, DELAY, now=1.0),
+        _slot((True, "wait_success"), now=2.0),
+        _slot(DELAY, now=3.0),
+    ], SLOT),
+    NegotiateTestCase("queue_condition_delay", [_queue(ALLOW_NO_WAIT), _queue(DELAY)], QUEUE),
+    NegotiateTestCase("queue_condition_just_below", [_queue(ALLOW_NO_WAIT, waiting=49),
+                                                     _queue(DELAY, waiting=49)], QUEUE),
+    NegotiateTestCase("queue_condition_at_threshold", [_queue(ALLOW_NO_WAIT, waiting=50)] * 3,
+                      QUEUE),
+    NegotiateTestCase("queue_condition_above_threshold", [_queue(ALLOW_NO_WAIT, waiting=64)] * 3,
+                      QUEUE),
+    NegotiateTestCase("queue_condition_longest_queue_counts", [
+        _queue(ALLOW_NO_WAIT, waiting=[10, 10, 64, 10]),
+        _queue(ALLOW_NO_WAIT, waiting=[10, 10, 64, 10]),
+    ], QUEUE),
+    NegotiateTestCase("queue_condition_disabled_when_ratio_unset", [_queue(ALLOW_NO_WAIT)] * 3),
+    NegotiateTestCase("queue_min_capped_by_max_prefill_bs", [
+        _queue(ALLOW_NO_WAIT, max_prefill_bs=8), _queue(ALLOW_NO_WAIT, max_prefill_bs=8),
+    ], QUEUE),
+    NegotiateTestCase("queue_min_of_zero", [
+        _queue(ALLOW_NO_WAIT, running_batch=1, waiting=0),
+        _queue(ALLOW_NO_WAIT, running_batch=1, waiting=0),
+    ], QUEUE),
+    NegotiateTestCase("queue_condition_needs_running_batch", [
+        _queue(ALLOW_NO_WAIT, running_batch=0, waiting=0),
+        _queue(ALLOW_NO_WAIT, running_batch=0, waiting=0),
+    ], QUEUE),
+    NegotiateTestCase("wait_success_when_queue_fills", [
+        _queue(ALLOW_NO_WAIT), _queue(DELAY), _queue(DELAY), _queue((True, "wait_success"), 60),
+    ], QUEUE),
+    NegotiateTestCase("queue_condition_not_capped_by_passes", [
+        _queue(ALLOW_NO_WAIT), *[_queue(DELAY, now=0.001 * i) for i in range(6)],
+    ], QUEUE | dict(max_delay_passes=2)),
+    NegotiateTestCase("queue_condition_wall_clock_timeout", [
+        _queue(ALLOW_NO_WAIT, now=0.0),
+        _queue(DELAY, now=10.0),
+        _queue(DELAY, now=10.049),
+        _queue((True, "wait_success"), now=10.25),
+        _queue(DELAY, now=10.26),
+        _queue(DELAY, now=10.3),
+    ], QUEUE | dict(max_delay_ms=50.0)),
+    NegotiateTestCase("queue_condition_wall_clock_cap_reached_exactly", [
+        _queue(ALLOW_NO_WAIT, now=0.0),
+        _queue(DELAY, now=8.0),
+        _queue((True, "wait_success"), now=8.0625),
+    ], QUEUE | dict(max_delay_ms=62.5)),
+    NegotiateTestCase("wall_clock_timeout_keeps_slot_condition", [
+        _slot(ALLOW_NO_WAIT, waiting_queue_len=0, now=0.0),
+        _slot(DELAY, waiting_queue_len=0, now=10.0),
+        _slot(DELAY, waiting_queue_len=0, now=20.0),
+        _slot(DELAY, waiting_queue_len=0, now=30.0),
+    ], SLOT | QUEUE | dict(max_delay_ms=50.0)),
+    NegotiateTestCase("dp_division_of_max_running_requests", [
+        _slot(ALLOW_NO_WAIT, running=[20] * 4), _slot(DELAY, running=[20] * 4),
+    ], dict(max_running_requests=128, dp_size=4)),
+    NegotiateTestCase("dp_division_rounds_up", [_slot(ALLOW_NO_WAIT, running=[17] * 4)] * 3,
+                      dict(max_running_requests=130, dp_size=4)),
+    NegotiateTestCase("dp_attention_keeps_max_running_requests", [
+        _slot(ALLOW_NO_WAIT, running=[20] * 4),
+    ] * 3, dict(max_running_requests=128, dp_size=4, enable_dp_attention=True)),
+]
+
+
+def _run_case(case: NegotiateTestCase) -> list[Decision]:
+    config = case.delayer_config()
+    state = DelayerState()
+    decisions = []
+    for call in case.calls:
+        decision = decide(state, call.ranks(), config, call.now)
+        state = decision.state
+        decisions.append(decision)
+    return decisions
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_negotiate(case: NegotiateTestCase):
+    decisions = _run_case(case)
+    got = [(d.allow, d.reason) for d in decisions]
+    assert got == [call.expected for call in case.calls]
+
+
+@pytest.mark.parametrize("num_ranks", [1, 2, 8])
+def test_uniform_ranks_decide_alike_for_any_rank_count(num_ranks: int):
+    config = DelayerConfig(queue_min_ratio=0.5, max_running_requests=1024)
+    rank = RankInfo(prefillable=True, token_usage=0.9, running_batch=100, max_prefill_bs=80,
+                    waiting_queue_len=10)
+    first = decide(DelayerState(), [rank] * num_ranks, config, now=0.0)
+    second = decide(first.state, [rank] * num_ranks, config, now=1.0)
+    assert [(first.allow, first.reason), (second.allow, second.reason)] == [ALLOW_NO_WAIT, DELAY]
+
+
+def test_delay_state_records_start_and_counts_passes():
+    config = DelayerConfig(max_running_requests=128)
+    ranks = _slot(DELAY).ranks()
+    state = DelayerState()
+    for now in (1.0, 2.0, 3.0, 4.0):
+        state = decide(state, ranks, config, now).state
+    assert state == DelayerState(delay=Delay(start_time=2.0, num_passes=3), is_skip_first_used=True)
+    released = decide(state, _slot(DELAY, running=100).ranks(), config, 5.0)
+    assert released.state == DelayerState(delay=None, is_skip_first_used=True)
+
+
+def test_mixed_delay_state_counts_passes():
+    config = DelayerConfig()
+    ranks = NegotiateCall(MIXED, DELAY).ranks()
+    first = decide(DelayerState(), ranks, config, now=7.0)
+    second = decide(first.state, ranks, config, now=8.0)
+    assert first.state.delay == Delay(start_time=7.0, num_passes=1)
+    assert second.state.delay == Delay(start_time=7.0, num_passes=2)
+    assert not second.state.is_skip_first_used
+
+
+def test_decide_is_pure():
+    config = DelayerConfig(max_running_requests=128)
+    ranks = _slot(DELAY).ranks()
+    prev = DelayerState(is_skip_first_used=True)
+    assert decide(prev, ranks, config, 1.0) == decide(prev, ranks, config, 1.0)
+    assert prev == DelayerState(is_skip_first_used=True)
+
+
+def test_decide_needs_a_rank():
+    with pytest.raises(ValueError, match="at least one rank"):
+        decide(DelayerState(), [], DelayerConfig(), now=0.0)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(max_delay_passes=0),
+    dict(max_running_requests=0),
+    dict(dp_size=0),
+    dict(max_delay_ms=-1.0),
+    dict(max_delay_ms=float("nan")),
+    dict(token_usage_low_watermark=1.5),
+    dict(queue_min_ratio=0.0),
+    dict(queue_min_ratio=1.5),
+])
+def test_config_refuses_bad_values(kwargs):
+    with pytest.raises(ValueError):
+        DelayerConfig(**kwargs)
+
+
+def test_effective_max_running_requests():
+    assert DelayerConfig(max_running_requests=130, dp_size=4).effective_max_running_requests == 33
+    assert DelayerConfig(max_running_requests=128, dp_size=4,
+                         enable_dp_attention=True).effective_max_running_requests == 128
+    assert DelayerConfig(max_running_requests=7).effective_max_running_requests == 7
+
+
+def test_config_from_server_args():
+    args = ServerArgs(max_running_requests=64, prefill_delayer_max_delay_passes=5,
+                      prefill_delayer_token_usage_low_watermark=0.3,
+                      prefill_delayer_queue_min_ratio=0.25)
+    config = DelayerConfig.from_server_args(args)
+    assert config == DelayerConfig(max_delay_passes=5, token_usage_low_watermark=0.3,
+                                   queue_min_ratio=0.25, max_delay_ms=5000.0,
+                                   max_running_requests=64)
+    assert config.is_queue_trigger_enabled
+    legacy = DelayerConfig.from_server_args(ServerArgs(prefill_delayer_max_delay_ms=20.0))
+    assert not legacy.is_queue_trigger_enabled and legacy.max_delay_ms == 20.0
+
+
+def test_prefill_delayer_counts_outcomes():
+    delayer = PrefillDelayer(DelayerConfig(max_running_requests=8, queue_min_ratio=0.5))
+    idle = RankInfo(prefillable=False, token_usage=0.9, running_batch=0, max_prefill_bs=0,
+                    waiting_queue_len=0)
+    short = RankInfo(prefillable=True, token_usage=0.9, running_batch=6, max_prefill_bs=4,
+                     waiting_queue_len=1)
+    full = RankInfo(prefillable=True, token_usage=0.9, running_batch=2, max_prefill_bs=4,
+                    waiting_queue_len=4)
+    got = [delayer.should_allow(info, now) for now, info in
+           enumerate([idle, short, short, short, full, idle])]
+    assert got == [True, True, False, False, True, True]
+    assert delayer.outcomes == dict.fromkeys(OUTCOME_KEYS, 0) | {
+        NO_PREFILL: 2, "no_wait": 1, "delay": 2, "wait_success": 1,
+    }
+    assert delayer.last_decision is not None and delayer.last_decision.reason == ""
+    assert delayer.state == DelayerState(is_skip_first_used=True)
