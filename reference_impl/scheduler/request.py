@@ -1,0 +1,74 @@
+"""The scheduler's request object: token ids in the chosen storage (H4) and finish checks."""
+
+from __future__ import annotations
+
+from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
+from reference_impl.scheduler.token_storage import TokenStorage
+from reference_impl.tokenizer import Tokenizer
+
+
+class StopChecker:
+    """Finish conditions shared by every request: EOS, stop token ids, stop strings, length."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tokenizer = tokenizer
+        self.eos_token_id = tokenizer.eos_token_id
+
+    def tail_window(self, stop: tuple[str, ...]) -> int:
+        """Tokens to decode at the tail to see any of these stop strings (0: none)."""
+        if not stop:
+            return 0
+        return max(len(self._tokenizer.encode(s)) for s in stop) + 1
+
+    def check(self, req: Req, token_id: int) -> FinishReason | None:
+        sampling = req.sampling
+        if len(req.output_ids) >= sampling.max_new_tokens:
+            return FinishReason("length")
+        if token_id == self.eos_token_id and not sampling.ignore_eos:
+            return FinishReason("stop", token_id)
+        if token_id in sampling.stop_token_ids:
+            return FinishReason("stop", token_id)
+        if req.stop_window:
+            tail = self._tokenizer.decode(req.output_ids[-req.stop_window:])
+            for stop in sampling.stop:
+                if stop in tail:
+                    return FinishReason("stop", stop)
+        return None
+
+
+class Req:
+    """One choice of one request, as the scheduler holds it."""
+
+    __slots__ = ("rid", "origin_input_ids", "output_ids", "fill_ids", "sampling", "stream",
+                 "choice_index", "finish_reason", "stop_window", "num_sent", "is_new")
+
+    def __init__(self, msg: TokenizedGenerateReq, storage: TokenStorage, stop_window: int):
+        self.rid = msg.rid
+        self.origin_input_ids = storage.from_ids(msg.input_ids)
+        self.output_ids = storage.empty()
+        self.fill_ids = self.origin_input_ids
+        self.sampling: SamplingParams = msg.sampling
+        self.stream = msg.stream
+        self.choice_index = msg.choice_index
+        self.finish_reason: FinishReason | None = None
+        self.stop_window = stop_window
+        self.num_sent = 0
+        self.is_new = True
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.origin_input_ids)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens in this request's KV cache."""
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def num_reserved_tokens(self) -> int:
+        """KV tokens held from admission to finish (prompt plus every possible output token)."""
+        return self.prompt_len + self.sampling.max_new_tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
