@@ -1,0 +1,155 @@
+"""Starts the three server processes, waits for each to be ready, and tears them all down.
+
+Any child dying ends the server with a non-zero exit naming it; Ctrl-C and SIGTERM stop every
+child; a child whose launcher vanishes is killed by the kernel (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib
+import logging
+import multiprocessing as mp
+import signal
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, wait
+
+from reference_impl.config import ServerArgs, from_cli
+
+logger = logging.getLogger("reference_impl.launcher")
+
+PROCESSES = {
+    "scheduler": "reference_impl.scheduler.process:run",
+    "detokenizer": "reference_impl.detokenizer.process:run",
+    "http": "reference_impl.server.process:run",
+}
+_READY_TIMEOUT_S = 180.0
+_STOP_TIMEOUT_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+class ChildDied(RuntimeError):
+    """A server process exited while the server was meant to be running."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m reference_impl``: serve until stopped; the exit status."""
+    args = from_cli(argv)
+    _setup_logging(args.log_level)
+    signal.signal(signal.SIGTERM, _raise_exit)
+    with tempfile.TemporaryDirectory(prefix="reference-impl-") as ipc_dir:
+        launcher = Launcher(dataclasses.replace(args, ipc_dir=ipc_dir))
+        try:
+            launcher.start()
+            print(f"reference_impl ready on http://{args.host}:{args.port} "
+                  f"forms={args.hot_path_forms()}", flush=True)
+            launcher.wait()
+        except ChildDied as exc:
+            logger.error("%s; shutting down", exc)
+            return 1
+        except (KeyboardInterrupt, SystemExit):
+            logger.warning("stopping")
+        finally:
+            launcher.stop()
+    return 0
+
+
+class Launcher:
+    """Owns the child processes of one server."""
+
+    def __init__(self, args: ServerArgs):
+        self.args = args
+        self.procs: dict[str, mp.Process] = {}
+        self._ready: dict[str, Connection] = {}
+
+    def start(self) -> None:
+        """Start every process and return once all report ready."""
+        ctx = mp.get_context("spawn")
+        for name, target in PROCESSES.items():
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child_main, name=name, daemon=True,
+                               args=(name, target, self.args, writer))
+            proc.start()
+            writer.close()
+            self.procs[name], self._ready[name] = proc, reader
+        self._wait_ready()
+
+    def wait(self) -> None:
+        """Block until a child exits (then raise ``ChildDied``)."""
+        by_sentinel = {p.sentinel: name for name, p in self.procs.items()}
+        ready = wait(list(by_sentinel))
+        name = by_sentinel[ready[0]]
+        raise ChildDied(self._death_message(name))
+
+    def stop(self) -> None:
+        """Terminate every child still alive, then kill what does not stop in time."""
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        for proc in self.procs.values():
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+    def _wait_ready(self) -> None:
+        pending = dict(self._ready)
+        sentinels = {p.sentinel: name for name, p in self.procs.items()}
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while pending:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise ChildDied(f"processes {sorted(pending)} not ready after {_READY_TIMEOUT_S:.0f} s")
+            for obj in wait([*pending.values(), *sentinels], timeout):
+                if obj in sentinels:
+                    raise ChildDied(self._death_message(sentinels[obj]))
+                name = next(n for n, c in pending.items() if c is obj)
+                try:
+                    obj.recv()
+                except EOFError:
+                    raise ChildDied(self._death_message(name)) from None
+                del pending[name]
+
+    def _death_message(self, name: str) -> str:
+        proc = self.procs[name]
+        proc.join(1.0)
+        return f"the {name} process (pid {proc.pid}) exited with code {proc.exitcode}"
+
+
+def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> None:
+    _die_with_parent()
+    # NOTE: Ctrl-C reaches the whole process group; only the launcher acts on it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _setup_logging(args.log_level)
+    module, func = target.split(":")
+    run = getattr(importlib.import_module(module), func)
+
+    def report_ready() -> None:
+        ready.send(name)
+        ready.close()
+
+    try:
+        run(args, report_ready)
+    except Exception:
+        logging.getLogger(f"reference_impl.{name}").exception("%s process failed", name)
+        sys.exit(1)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _raise_exit(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(processName)s %(levelname)s %(message)s")

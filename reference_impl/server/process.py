@@ -1,0 +1,67 @@
+"""The HTTP process: uvicorn (uvloop, httptools) serving the app, plus the receive loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+import uvicorn
+import uvloop
+import zmq
+import zmq.asyncio
+
+from reference_impl import ipc
+from reference_impl.config import ServerArgs
+from reference_impl.messages import BatchStrOutput, ToTokenizerManager
+from reference_impl.server.app import create_app
+from reference_impl.server.metrics import ServerMetrics
+from reference_impl.server.tokenizer_manager import TokenizerManager
+from reference_impl.tokenizer import get_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+def run(args: ServerArgs, ready: Callable[[], None]) -> None:
+    """Serve until stopped."""
+    uvloop.run(_serve(args, ready))
+
+
+async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
+    tokenizer = get_tokenizer(args.tokenizer_path)
+    inbox = ipc.AsyncPullQueue(zmq.asyncio.Context(),
+                               ipc.endpoint(args.ipc_dir, ipc.TOKENIZER_MANAGER_IN), ToTokenizerManager)
+    to_scheduler = ipc.PushQueue(zmq.Context(), ipc.endpoint(args.ipc_dir, ipc.SCHEDULER_IN))
+    metrics = ServerMetrics()
+    tm = TokenizerManager(args, to_scheduler.put, metrics)
+    receiver = asyncio.create_task(_receive_loop(tm, inbox))
+    receiver.add_done_callback(_exit_if_failed)
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(args, tm, tokenizer, metrics), host=args.host, port=args.port,
+        log_level=args.log_level, access_log=False, http="httptools", lifespan="off",
+        backlog=8192, timeout_keep_alive=60, timeout_graceful_shutdown=2,
+    ))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise RuntimeError(f"HTTP server did not start on {args.host}:{args.port}")
+        await asyncio.sleep(0.02)
+    ready()
+    await serving
+
+
+async def _receive_loop(tm: TokenizerManager, inbox: ipc.AsyncPullQueue) -> None:
+    while True:
+        msg = await inbox.get()
+        if isinstance(msg, BatchStrOutput):
+            await tm.handle_batch(msg)
+        else:
+            tm.handle_stats(msg)
+
+
+def _exit_if_failed(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("receive loop failed", exc_info=task.exception())
+        os._exit(1)

@@ -1,0 +1,133 @@
+"""What chat and completions serving share: checks against the config, sub-requests, usage."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from reference_impl.config import ServerArgs
+from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
+from reference_impl.server.metrics import ServerMetrics
+from reference_impl.server.protocol import UsageInfo
+from reference_impl.server.stream_outputs import ReqOutput
+from reference_impl.server.tokenizer_manager import IsDisconnected, TokenizerManager
+from reference_impl.tokenizer import Tokenizer
+
+
+class BadRequest(Exception):
+    """A request the server cannot serve: answered with an OpenAI-style 4xx body."""
+
+    def __init__(self, message: str, param: str | None = None, code: int | str = 400,
+                 status: int = 400, type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.param, self.code, self.status, self.type = message, param, code, status, type
+
+
+@dataclass
+class SubRequests:
+    """One request split into one scheduler request per (prompt, choice)."""
+
+    request_id: str
+    created: int
+    reqs: list[TokenizedGenerateReq]
+    indices: list[int]
+    prompt_lens: list[int]          # per choice index
+    arrival: float
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of the request, each distinct prompt counted once."""
+        return sum(self.prompt_lens[i] for i, r in zip(self.indices, self.reqs, strict=True)
+                   if r.choice_index == 0)
+
+    def usage(self, completion_tokens: int) -> UsageInfo:
+        return UsageInfo.of(self.prompt_tokens, completion_tokens)
+
+
+def finish_fields(reason: FinishReason) -> tuple[str, int | str | None]:
+    """OpenAI ``finish_reason`` and SGLang ``matched_stop`` of a finished output."""
+    return reason.type, reason.matched
+
+
+def total_completion_tokens(finals: list[tuple[int, ReqOutput]]) -> int:
+    return sum(out.completion_tokens for _, out in finals)
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+class ServingBase:
+    """Shared checks and request building for one endpoint."""
+
+    endpoint = ""
+    id_prefix = ""
+
+    def __init__(self, args: ServerArgs, tokenizer_manager: TokenizerManager, tokenizer: Tokenizer,
+                 metrics: ServerMetrics):
+        self.args = args
+        self.tm = tokenizer_manager
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+
+    def build(self, request, prompts: list[list[int]]) -> SubRequests:
+        """Check ``request`` against the server's limits and split it into sub-requests."""
+        self._check_model(request.model)
+        if request.n > self.args.max_n:
+            raise BadRequest(f"n must be at most {self.args.max_n}, got {request.n}", param="n")
+        request_id = f"{self.id_prefix}{uuid.uuid4().hex}"
+        reqs, indices, prompt_lens = [], [], []
+        for p, ids in enumerate(prompts):
+            sampling = self._sampling(request, len(ids))
+            for c in range(request.n):
+                index = p * request.n + c
+                reqs.append(TokenizedGenerateReq(f"{request_id}-{index}", ids, sampling,
+                                                 request.stream, choice_index=c))
+                indices.append(index)
+                prompt_lens.append(len(ids))
+        return SubRequests(request_id, int(time.time()), reqs, indices, prompt_lens, time.perf_counter())
+
+    async def collect(self, subs: SubRequests, is_disconnected: IsDisconnected
+                      ) -> list[tuple[int, ReqOutput]]:
+        """Every choice's final output, in index order."""
+        finals = []
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, is_disconnected):
+            if out.finish_reason is not None:
+                finals.append((index, out))
+        finals.sort(key=lambda item: item[0])
+        self.record(subs)
+        return finals
+
+    def record(self, subs: SubRequests, status: int = 200) -> None:
+        self.metrics.on_finish(self.endpoint, status, subs.prompt_tokens, subs.arrival, time.perf_counter())
+
+    def _check_model(self, model: str) -> None:
+        if model != self.args.served_model_name:
+            raise BadRequest(f"The model '{model}' does not exist; this server serves "
+                             f"'{self.args.served_model_name}'.", param="model", code="model_not_found")
+
+    def _sampling(self, request, prompt_len: int) -> SamplingParams:
+        context = self.args.context_length
+        if prompt_len >= context:
+            raise BadRequest(f"The prompt has {prompt_len} tokens; the context length is {context}.",
+                             param="messages" if self.endpoint == "chat" else "prompt")
+        max_new = request.max_new_tokens
+        if max_new is None:
+            max_new = context - prompt_len
+        elif prompt_len + max_new > context:
+            raise BadRequest(f"max_tokens ({max_new}) plus the prompt ({prompt_len} tokens) exceeds "
+                             f"the context length ({context}).", param="max_tokens")
+        stop_ids = tuple(request.stop_token_ids or ())
+        self._check_token_ids(stop_ids, "stop_token_ids")
+        return SamplingParams(
+            max_new_tokens=max_new, temperature=request.temperature, top_p=request.top_p,
+            top_k=request.top_k, seed=request.seed, stop=request.stop_strs,
+            stop_token_ids=stop_ids, ignore_eos=request.ignore_eos,
+        )
+
+    def _check_token_ids(self, ids, param: str) -> None:
+        vocab = self.tokenizer.vocab_size
+        if any(not 0 <= i < vocab for i in ids):
+            raise BadRequest(f"{param} must be token ids in [0, {vocab})", param=param)

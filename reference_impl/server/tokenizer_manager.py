@@ -1,0 +1,165 @@
+"""The tokenizer manager: one state per request, the receive loop, and the waiting streams.
+
+Receive loop: a ``BatchStrOutput`` per engine step → each request's output is queued on its
+state (H3 decides what is queued) → the waiting coroutines are woken (H1 decides how).
+Transport-free: it sends through a callable and is fed batches by ``handle_batch``, so tests
+and benchmarks run the real handler in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from reference_impl.config import ServerArgs
+from reference_impl.messages import (
+    AbortReq,
+    BatchStrOutput,
+    GetStatsReq,
+    SchedulerStats,
+    TokenizedGenerateReq,
+)
+from reference_impl.server.stream_outputs import ReqOutput, ReqState, make_stream_outputs
+from reference_impl.server.wakeups import make_wakeups
+
+IsDisconnected = Callable[[], Awaitable[bool]]
+_DISCONNECT_CHECK_S = 1.0
+_STATS_TIMEOUT_S = 10.0
+
+
+class TokenizerManager:
+    """Tracks every live request of the HTTP process and streams its outputs."""
+
+    def __init__(self, args: ServerArgs, send: Callable[[object], None], metrics=None):
+        self.args = args
+        self._send = send
+        self._metrics = metrics
+        self._outputs = make_stream_outputs(args.stream_output, args.incremental_streaming_output)
+        self._wakeups = make_wakeups(args.wakeup, args.batch_notify_size)
+        self.rid_to_state: dict[str, ReqState] = {}
+        self._stats_waiters: dict[int, asyncio.Future] = {}
+        self._stats_ids = itertools.count(1)
+
+    # Receive side
+
+    async def handle_batch(self, batch: BatchStrOutput) -> None:
+        """Queue each request's output and wake its consumer."""
+        await self._wakeups.deliver(batch, self._process_one)
+
+    def handle_stats(self, stats: SchedulerStats) -> None:
+        waiter = self._stats_waiters.pop(stats.request_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(stats)
+
+    def _process_one(self, batch: BatchStrOutput, i: int) -> ReqState | None:
+        state = self.rid_to_state.get(batch.rids[i])
+        if state is None:
+            return None
+        text, ids, finish = batch.texts[i], batch.new_token_ids[i], batch.finish_reasons[i]
+        state.text_chunks.append(text)
+        state.output_ids.extend(ids)
+        state.out_list.append(self._outputs.build(
+            state, text, ids, finish, batch.prompt_tokens[i], batch.completion_tokens[i]))
+        if self._metrics is not None:
+            self._metrics.on_output(state, len(ids), time.perf_counter())
+        if finish is not None:
+            state.finished = True
+            del self.rid_to_state[state.rid]
+        return state
+
+    # Request side
+
+    async def generate(self, reqs: list[TokenizedGenerateReq], indices: list[int],
+                       is_disconnected: IsDisconnected | None = None
+                       ) -> AsyncIterator[tuple[int, ReqOutput]]:
+        """Send the sub-requests and yield ``(index, output)`` until each has finished.
+
+        Leaving early (client gone, cancelled) aborts every sub-request still running.
+        """
+        states = [self._register(req, index) for req, index in zip(reqs, indices, strict=True)]
+        for req in reqs:
+            self._send(req)
+        try:
+            if len(states) == 1:
+                async for out in self._wait_one(states[0], is_disconnected):
+                    yield states[0].index, out
+            else:
+                async for item in self._wait_many(states, is_disconnected):
+                    yield item
+        finally:
+            for state in states:
+                if not state.finished:
+                    self.abort(state.rid)
+
+    def abort(self, rid: str) -> None:
+        """Forget a request and tell the scheduler to free it."""
+        if self.rid_to_state.pop(rid, None) is not None:
+            self._send(AbortReq(rid))
+
+    async def get_scheduler_stats(self) -> SchedulerStats:
+        request_id = next(self._stats_ids)
+        waiter = asyncio.get_running_loop().create_future()
+        self._stats_waiters[request_id] = waiter
+        self._send(GetStatsReq(request_id))
+        try:
+            return await asyncio.wait_for(waiter, _STATS_TIMEOUT_S)
+        finally:
+            self._stats_waiters.pop(request_id, None)
+
+    def _register(self, req: TokenizedGenerateReq, index: int) -> ReqState:
+        state = ReqState(req.rid, index, asyncio.Event(), time.perf_counter())
+        self.rid_to_state[req.rid] = state
+        return state
+
+    async def _wait_one(self, state: ReqState, is_disconnected: IsDisconnected | None
+                        ) -> AsyncIterator[ReqOutput]:
+        take = self._outputs.take
+        while True:
+            if is_disconnected is None:
+                await state.event.wait()
+            else:
+                await self._wait_or_check(state, is_disconnected)
+            state.event.clear()
+            outs, state.out_list = state.out_list, []
+            if not outs:
+                continue
+            out = take(state, outs)
+            yield out
+            if out.finish_reason is not None:
+                return
+
+    async def _wait_or_check(self, state: ReqState, is_disconnected: IsDisconnected) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(state.event.wait(), _DISCONNECT_CHECK_S)
+                return
+            except TimeoutError:
+                if await is_disconnected():
+                    raise ConnectionAbortedError("client disconnected") from None
+
+    async def _wait_many(self, states: list[ReqState], is_disconnected: IsDisconnected | None
+                         ) -> AsyncIterator[tuple[int, ReqOutput]]:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(state: ReqState) -> None:
+            try:
+                async for out in self._wait_one(state, is_disconnected):
+                    queue.put_nowait((state.index, out))
+            except BaseException as exc:  # surfaced to the merged stream
+                queue.put_nowait(exc)
+
+        tasks = [asyncio.create_task(pump(s)) for s in states]
+        try:
+            num_open = len(states)
+            while num_open:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item[1].finish_reason is not None:
+                    num_open -= 1
+        finally:
+            for task in tasks:
+                task.cancel()

@@ -1,0 +1,87 @@
+"""H1: the real output handler delivers every output exactly once, in order, to 2048 streams."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reference_impl.config import ServerArgs
+from reference_impl.messages import (
+    BatchStrOutput,
+    FinishReason,
+    SamplingParams,
+    TokenizedGenerateReq,
+)
+from reference_impl.server.tokenizer_manager import TokenizerManager
+
+NUM_STREAMS = 2048
+NUM_STEPS = 12
+
+
+def _finish_step(i: int) -> int:
+    """Requests finish at different steps, so some finish inside every batch."""
+    return 3 + i % (NUM_STEPS - 3)
+
+
+def _batch(step: int, rids: list[str]) -> BatchStrOutput:
+    live = [r for r in rids if step <= _finish_step(int(r[1:]))]
+    return BatchStrOutput(
+        rids=live,
+        texts=[f"{step}," for _ in live],
+        new_token_ids=[[step] for _ in live],
+        finish_reasons=[FinishReason("length") if step == _finish_step(int(r[1:])) else None
+                        for r in live],
+        prompt_tokens=[1] * len(live),
+        completion_tokens=[step + 1] * len(live),
+    )
+
+
+async def _deliver(args: ServerArgs) -> dict[str, list]:
+    sent: list = []
+    tm = TokenizerManager(args, sent.append)
+    seen: dict[str, list] = {}
+
+    async def consume(rid: str) -> None:
+        req = TokenizedGenerateReq(rid, [1], SamplingParams(max_new_tokens=NUM_STEPS), stream=True)
+        async for _, out in tm.generate([req], [0]):
+            seen[rid].append((out.text, list(out.output_ids), out.finish_reason))
+
+    rids = [f"r{i}" for i in range(NUM_STREAMS)]
+    for rid in rids:
+        seen[rid] = []
+    consumers = [asyncio.create_task(consume(rid)) for rid in rids]
+    await asyncio.sleep(0)
+    for step in range(NUM_STEPS):
+        await tm.handle_batch(_batch(step, rids))
+        await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(*consumers), 60)
+    assert not tm.rid_to_state and len(sent) == NUM_STREAMS
+    return seen
+
+
+FORMS = [("immediate", 16), ("batched", 1), ("batched", 16), ("batched", 64), ("batched", 0)]
+
+
+@pytest.mark.parametrize(("wakeup", "size"), FORMS)
+def test_incremental_outputs_arrive_exactly_once_in_order(wakeup, size):
+    args = ServerArgs(wakeup=wakeup, batch_notify_size=size, incremental_streaming_output=True)
+    seen = asyncio.run(_deliver(args))
+    for rid, outs in seen.items():
+        last = _finish_step(int(rid[1:]))
+        assert "".join(text for text, _, _ in outs) == "".join(f"{s}," for s in range(last + 1))
+        assert [i for _, ids, _ in outs for i in ids] == list(range(last + 1))
+        assert [f for _, _, f in outs].count(None) == len(outs) - 1 and outs[-1][2] is not None
+
+
+@pytest.mark.parametrize("stream_output", ["copy", "reference"])
+@pytest.mark.parametrize(("wakeup", "size"), FORMS)
+def test_cumulative_outputs_grow_and_end_complete(wakeup, size, stream_output):
+    args = ServerArgs(wakeup=wakeup, batch_notify_size=size, stream_output=stream_output)
+    seen = asyncio.run(_deliver(args))
+    for rid, outs in seen.items():
+        last = _finish_step(int(rid[1:]))
+        texts = [text for text, _, _ in outs]
+        assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(texts, texts[1:], strict=False))
+        assert texts[-1] == "".join(f"{s}," for s in range(last + 1))
+        assert outs[-1][1] == list(range(last + 1)) and outs[-1][2].type == "length"
