@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,8 +86,8 @@ def test_killed_launcher_takes_children_with_it():
 
 
 def test_help_documents_hot_path_flags():
-    out = subprocess.run(["python", "-m", "reference_impl", "--help"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[2], check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "reference_impl", "--help"], capture_output=True, text=True,
+                         check=True).stdout
     for flag in ("--batch-notify-size", "--incremental-streaming-output", "--enable-prefill-delayer",
                  "--prefill-delayer-max-delay-passes", "--prefill-delayer-token-usage-low-watermark",
                  "--prefill-delayer-queue-min-ratio", "--prefill-delayer-max-delay-ms",

@@ -1,0 +1,83 @@
+"""Run ``python -m reference_impl`` as a child process: for tests, benchmarks and scripts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A reference server in its own process group, stopped by its pid."""
+
+    def __init__(self, *flags: str, port: int | None = None, log_path: str | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(log_path, "w") if log_path else None  # noqa: SIM115
+        cmd = [sys.executable, "-m", "reference_impl", "--port", str(self.port), *flags]
+        self.proc = subprocess.Popen(cmd, stdout=self._log or subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 180.0) -> ServerProcess:
+        """Block until ``/health`` answers; raise if the server exits or takes too long."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                output = self.proc.stdout.read() if self.proc.stdout else f"(see {self._log.name})"
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {output}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"server on {self.url} not ready after {timeout:.0f} s")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, then SIGKILL to the group if it lingers; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self._log:
+            self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self.wait_ready()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_servers(configs: dict[str, list[str]]) -> dict[str, ServerProcess]:
+    """Start several servers at once and wait for all of them (stopping all on failure)."""
+    servers = {name: ServerProcess(*flags) for name, flags in configs.items()}
+    try:
+        for server in servers.values():
+            server.wait_ready()
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return servers
