@@ -1,0 +1,100 @@
+"""Run configuration: one frozen dataclass, validated once, shared by the parent and the workers."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+BACKENDS = ("openai-chat", "openai-completions")
+DATASETS = ("random", "random-ids", "sharegpt", "shared-prefix")
+TRANSPORTS = ("lean", "httpx")
+# NOTE: a worker above these marks was the bottleneck, not the server (see README, "Client health").
+CLIENT_BOUND_CPU_SHARE = 0.90
+CLIENT_BOUND_LOOP_LAG_MS = 20.0
+CLIENT_BOUND_SEND_LAG_MS = 20.0
+STREAMS_PER_AUTO_WORKER = 512
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Goodput thresholds in milliseconds; None means no bound."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one load run needs; validated in __post_init__."""
+
+    base_url: str = "http://127.0.0.1:30000"
+    model: str | None = None
+    backend: str = "openai-chat"
+    stream: bool = True
+    concurrency: int | None = None
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    num_prompts: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    workers: int = 1
+    timeout_s: float = 600.0
+    ignore_eos: bool = False
+    min_tokens: bool = False
+    include_usage: bool = True
+    extra_body: dict = field(default_factory=dict)
+    headers: dict = field(default_factory=dict)
+    transport: str = "lean"
+    seed: int = 1
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    slo: SLO = field(default_factory=SLO)
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.request_rate <= 0:
+            raise ValueError("request_rate must be > 0")
+        if self.concurrency is None and math.isinf(self.request_rate):
+            raise ValueError("give --concurrency, --request-rate or both")
+        if self.num_prompts is None and self.duration_s is None:
+            raise ValueError("give --num-prompts or --duration")
+        if self.burstiness <= 0:
+            raise ValueError("burstiness must be > 0")
+        if self.workers < 1 or self.warmup < 0 or self.timeout_s <= 0:
+            raise ValueError("workers >= 1, warmup >= 0 and timeout > 0 required")
+        if any(not 0 < p <= 100 for p in self.percentiles):
+            raise ValueError("percentiles must be in (0, 100]")
+
+    @property
+    def is_rate_mode(self) -> bool:
+        return not math.isinf(self.request_rate)
+
+    @property
+    def endpoint(self) -> str:
+        return "/v1/chat/completions" if self.backend == "openai-chat" else "/v1/completions"
+
+    def worker_concurrency(self, worker: int) -> int | None:
+        """This worker's share of the concurrency limit (shares differ by at most one)."""
+        if self.concurrency is None:
+            return None
+        base, extra = divmod(self.concurrency, self.workers)
+        return base + (1 if worker < extra else 0)
+
+
+def auto_workers(concurrency: int | None) -> int:
+    """One worker per STREAMS_PER_AUTO_WORKER streams, at most one per usable core."""
+    cores = len(os.sched_getaffinity(0))
+    want = math.ceil((concurrency or 1) / STREAMS_PER_AUTO_WORKER)
+    return max(1, min(cores, want))

@@ -1,0 +1,187 @@
+"""Summary statistics computed from merged per-request records (never from per-worker averages).
+
+Key names follow SGLang's `bench_serving` output where one exists (`output_throughput`,
+`median_ttft_ms`, `p99_itl_ms`, `concurrency`, `max_output_tokens_per_s`, ...). Every metric is
+defined in loadgen/README.md.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from loadgen.config import (
+    CLIENT_BOUND_CPU_SHARE,
+    CLIENT_BOUND_LOOP_LAG_MS,
+    CLIENT_BOUND_SEND_LAG_MS,
+    RunConfig,
+)
+from loadgen.records import RequestRecord, WorkerHealth
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2e_latency", "send_lag")
+
+
+def pct_key(p: float) -> str:
+    """'p99' for 99.0, 'p99.9' for 99.9 (as vLLM and SGLang spell them)."""
+    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+
+
+def _dist(name: str, values_ms: list[float] | np.ndarray, percentiles) -> dict:
+    arr = np.asarray(values_ms, dtype=np.float64)
+    out: dict = {}
+    if arr.size == 0:
+        out.update({f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None})
+        out.update({f"{pct_key(p)}_{name}_ms": None for p in percentiles})
+        return out
+    out[f"mean_{name}_ms"] = float(arr.mean())
+    out[f"median_{name}_ms"] = float(np.median(arr))
+    out[f"std_{name}_ms"] = float(arr.std())
+    for p, v in zip(percentiles, np.percentile(arr, list(percentiles)), strict=True):
+        out[f"{pct_key(p)}_{name}_ms"] = float(v)
+    out[f"max_{name}_ms"] = float(arr.max())
+    return out
+
+
+def output_tokens(rec: RequestRecord) -> int:
+    """Server-reported output tokens when given, else the client-side count."""
+    return rec.usage_completion_tokens if rec.usage_completion_tokens is not None else rec.client_output_tokens
+
+
+def input_tokens(rec: RequestRecord) -> int:
+    """Server-reported prompt tokens when given, else the dataset's length."""
+    return rec.usage_prompt_tokens if rec.usage_prompt_tokens is not None else rec.input_len
+
+
+def origin_ns(cfg: RunConfig, rec: RequestRecord) -> int:
+    """Where latencies start: the intended start in rate mode, else the actual send."""
+    return rec.intended_ns if cfg.is_rate_mode else rec.start_ns
+
+
+def _latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
+    lat: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    for r in ok:
+        t0 = origin_ns(cfg, r)
+        e2e = (r.end_ns - t0) / 1e6
+        lat["e2e_latency"].append(e2e)
+        if r.first_token_ns is not None:
+            ttft = (r.first_token_ns - t0) / 1e6
+            lat["ttft"].append(ttft)
+            n_out = output_tokens(r)
+            if n_out > 1 and len(r.chunk_ns) > 1:
+                lat["tpot"].append((r.chunk_ns[-1] - r.first_token_ns) / 1e6 / (n_out - 1))
+        gaps = np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) / 1e6
+        lat["itl"].extend(gaps.tolist())
+        if len(r.chunk_tokens) == len(r.chunk_ns) and gaps.size:
+            tok = np.maximum(np.asarray(r.chunk_tokens[1:]), 1.0)
+            lat["itl_per_token"].extend((gaps / tok).tolist())
+    return lat
+
+
+def _peaks(records: list[RequestRecord], t0: int) -> dict:
+    ok = [r for r in records if r.ok]
+    times = np.concatenate([np.asarray(r.chunk_ns, dtype=np.int64) for r in ok]) if ok else np.zeros(0)
+    weights = np.concatenate([np.asarray(r.chunk_tokens, dtype=np.float64) for r in ok]) if ok else np.zeros(0)
+    peak_tok = 0.0
+    if times.size and weights.size == times.size:
+        buckets = ((times - t0) // 1_000_000_000).astype(np.int64)
+        peak_tok = float(np.bincount(buckets - buckets.min(), weights=weights).max())
+    starts = np.asarray([r.start_ns for r in records], dtype=np.int64)
+    ends = np.asarray([r.end_ns for r in records], dtype=np.int64)
+    events = np.concatenate([starts, ends])
+    deltas = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
+    order = np.lexsort((deltas, events))  # ends before starts at equal times
+    peak_inflight = int(np.cumsum(deltas[order]).max()) if events.size else 0
+    return {"max_output_tokens_per_s": peak_tok, "max_concurrent_requests": peak_inflight}
+
+
+def _goodput(cfg: RunConfig, ok: list[RequestRecord], duration_s: float) -> float | None:
+    slo = cfg.slo
+    if not slo.is_set:
+        return None
+    good = 0
+    for r in ok:
+        t0 = origin_ns(cfg, r)
+        e2e = (r.end_ns - t0) / 1e6
+        ttft = (r.first_token_ns - t0) / 1e6 if r.first_token_ns else e2e
+        n = output_tokens(r)
+        tpot = (e2e - ttft) / (n - 1) if n > 1 else 0.0
+        good += all((
+            slo.ttft_ms is None or ttft <= slo.ttft_ms,
+            slo.tpot_ms is None or tpot <= slo.tpot_ms,
+            slo.e2e_ms is None or e2e <= slo.e2e_ms,
+        ))
+    return good / duration_s if duration_s > 0 else 0.0
+
+
+def _errors(records: list[RequestRecord]) -> dict:
+    failed = [r for r in records if not r.ok]
+    counts = Counter(r.error_class for r in failed)
+    examples = {}
+    for r in failed:
+        examples.setdefault(r.error_class, r.error_message)
+    return {cls: {"count": n, "example": examples[cls]} for cls, n in sorted(counts.items())}
+
+
+def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[float]) -> dict:
+    """Per-worker CPU share and loop lag, send lag, and the client-bound verdict with reasons."""
+    workers = []
+    reasons = []
+    for h in health:
+        lag = np.asarray(h.loop_lag_ms or [0.0])
+        w = {"worker": h.worker, "cpu_s": h.cpu_s, "wall_s": h.wall_s, "cpu_share": h.cpu_share,
+             "loop_lag_p50_ms": float(np.median(lag)), "loop_lag_p99_ms": float(np.percentile(lag, 99)),
+             "loop_lag_max_ms": float(lag.max()), "num_events": h.num_events,
+             "cpu_us_per_event": (h.cpu_s * 1e6 / h.num_events) if h.num_events else None}
+        workers.append(w)
+        if h.cpu_share >= CLIENT_BOUND_CPU_SHARE:
+            reasons.append(f"worker {h.worker} used {h.cpu_share:.0%} of a core")
+        if w["loop_lag_p99_ms"] >= CLIENT_BOUND_LOOP_LAG_MS:
+            reasons.append(f"worker {h.worker} event-loop lag p99 {w['loop_lag_p99_ms']:.1f} ms")
+    lag = np.asarray(send_lag_ms or [0.0])
+    send_p99 = float(np.percentile(lag, 99))
+    if cfg.is_rate_mode and send_p99 >= CLIENT_BOUND_SEND_LAG_MS:
+        reasons.append(f"send lag p99 {send_p99:.1f} ms")
+    return {"client_bound": bool(reasons), "client_bound_reasons": reasons, "workers": workers,
+            "mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
+            "max_send_lag_ms": float(lag.max())}
+
+
+def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerHealth]) -> dict:
+    """The run's summary dict (the `summary` block of the JSON output)."""
+    ok = [r for r in records if r.ok]
+    if records:
+        t0 = min(r.intended_ns for r in records)
+        duration_s = (max(r.end_ns for r in records) - t0) / 1e9
+    else:
+        t0, duration_s = 0, 0.0
+    lat = _latencies(cfg, ok)
+    lat["send_lag"] = [(r.start_ns - r.intended_ns) / 1e6 for r in records]
+    n_in = sum(input_tokens(r) for r in ok)
+    n_out = sum(output_tokens(r) for r in ok)
+    n_client = sum(r.client_output_tokens for r in ok)
+    has_usage = any(r.usage_completion_tokens is not None for r in ok)
+    per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: 0.0)
+    summary = {
+        "duration": duration_s,
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "total_output_tokens_client": n_client,
+        "output_tokens_usage_minus_client": (n_out - n_client) if has_usage else None,
+        "output_tokens_source": "usage" if has_usage else "client",
+        "request_throughput": per_s(len(ok)),
+        "input_throughput": per_s(n_in),
+        "output_throughput": per_s(n_out),
+        "total_throughput": per_s(n_in + n_out),
+        "concurrency": per_s(sum(lat["e2e_latency"]) / 1e3),
+        "request_goodput": _goodput(cfg, ok, duration_s),
+        **_peaks(records, t0),
+    }
+    for name in LATENCY_METRICS:
+        summary.update(_dist(name, lat[name], cfg.percentiles))
+    summary["errors"] = _errors(records)
+    summary["client_health"] = client_health(cfg, health, lat["send_lag"])
+    summary["client_bound"] = summary["client_health"]["client_bound"]
+    return summary

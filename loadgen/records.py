@@ -1,0 +1,53 @@
+"""Per-request records: what each worker measured, merged by the parent without averaging."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class RequestRecord(msgspec.Struct, kw_only=True):
+    """One request's measurements. Times are perf_counter_ns (CLOCK_MONOTONIC, shared by processes)."""
+
+    index: int
+    worker: int
+    intended_ns: int
+    start_ns: int
+    end_ns: int
+    error_class: str | None = None
+    error_message: str | None = None
+    first_token_ns: int | None = None
+    chunk_ns: list[int] = []
+    chunk_tokens: list[float] = []
+    input_len: int = 0
+    is_exact_input_len: bool = False
+    output_len_asked: int = 0
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    client_output_tokens: int = 0
+    output_chars: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+
+class WorkerHealth(msgspec.Struct, kw_only=True):
+    """One worker's view of its own health over the measured window."""
+
+    worker: int
+    cpu_s: float
+    wall_s: float
+    loop_lag_ms: list[float]
+    num_events: int = 0
+
+    @property
+    def cpu_share(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class WorkerResult(msgspec.Struct, kw_only=True):
+    """What a worker sends back: its records and its health."""
+
+    records: list[RequestRecord]
+    health: WorkerHealth
+    interrupted: bool = False

@@ -1,0 +1,161 @@
+"""Output: the results JSON, the per-request JSONL, the final table, and `compare` of several runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from loadgen import __version__
+from loadgen.metrics import input_tokens, origin_ns, output_tokens, pct_key
+from loadgen.runner import RunResult
+
+TABLE_ROWS = (
+    ("completed", "Successful requests", "{:.0f}"),
+    ("failed", "Failed requests", "{:.0f}"),
+    ("duration", "Benchmark duration (s)", "{:.2f}"),
+    ("total_input_tokens", "Total input tokens", "{:.0f}"),
+    ("total_output_tokens", "Total output tokens", "{:.0f}"),
+    ("total_output_tokens_client", "Total output tokens (client count)", "{:.0f}"),
+    ("request_throughput", "Request throughput (req/s)", "{:.2f}"),
+    ("input_throughput", "Input token throughput (tok/s)", "{:.2f}"),
+    ("output_throughput", "Output token throughput (tok/s)", "{:.2f}"),
+    ("total_throughput", "Total token throughput (tok/s)", "{:.2f}"),
+    ("max_output_tokens_per_s", "Peak output throughput (tok/s, 1 s)", "{:.0f}"),
+    ("concurrency", "Mean requests in flight", "{:.2f}"),
+    ("max_concurrent_requests", "Peak requests in flight", "{:.0f}"),
+    ("request_goodput", "Request goodput (req/s)", "{:.2f}"),
+)
+COMPARE_KEYS = (
+    "completed", "failed", "duration", "request_throughput", "output_throughput", "total_throughput",
+    "concurrency", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+    "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
+    "median_e2e_latency_ms", "p99_e2e_latency_ms", "request_goodput",
+)
+
+
+def _jsonable(value):
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if dataclasses.is_dataclass(value):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def environment() -> dict:
+    """Where the run happened: python, platform, cores, loadgen version."""
+    return {"python": sys.version.split()[0], "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
+            "loadgen_version": __version__}
+
+
+def result_dict(result: RunResult, dataset: dict) -> dict:
+    """The `--output` JSON: SGLang-style flat keys, plus config, environment and the summary."""
+    cfg = result.cfg
+    flat = {
+        "backend": cfg.backend, "model_id": result.model, "base_url": cfg.base_url,
+        "dataset_name": dataset.get("name"), "request_rate": _jsonable(cfg.request_rate),
+        "max_concurrency": cfg.concurrency, "burstiness": _jsonable(cfg.burstiness),
+        "loadgen_version": __version__, "interrupted": result.interrupted,
+        "client_bound": result.summary["client_bound"],
+    }
+    flat.update({k: v for k, v in result.summary.items() if not isinstance(v, dict)})
+    flat["config"] = _jsonable(cfg)
+    flat["dataset"] = dataset
+    flat["environment"] = environment()
+    flat["summary"] = _jsonable(result.summary)
+    return flat
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write the results JSON."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+
+
+def write_records(path: str, result: RunResult) -> None:
+    """One JSON line per request; times in ms from the run's first intended start.
+
+    `ttft_ms` and `e2e_latency_ms` start where the summary's do (see `origin_ns`)."""
+    t0 = min((r.intended_ns for r in result.records), default=0)
+    ms = lambda ns: None if ns is None else (ns - t0) / 1e6  # noqa: E731
+    with open(path, "w", encoding="utf-8") as f:
+        for r in result.records:
+            row = {
+                "index": r.index, "worker": r.worker, "ok": r.ok, "error_class": r.error_class,
+                "error_message": r.error_message, "intended_ms": ms(r.intended_ns),
+                "start_ms": ms(r.start_ns), "first_token_ms": ms(r.first_token_ns), "end_ms": ms(r.end_ns),
+                "ttft_ms": None if r.first_token_ns is None else (r.first_token_ns - origin_ns(result.cfg, r)) / 1e6,
+                "e2e_latency_ms": (r.end_ns - origin_ns(result.cfg, r)) / 1e6,
+                "input_tokens": input_tokens(r), "output_tokens": output_tokens(r),
+                "usage_prompt_tokens": r.usage_prompt_tokens,
+                "usage_completion_tokens": r.usage_completion_tokens,
+                "client_output_tokens": r.client_output_tokens,
+                "chunk_ms": [ms(t) for t in r.chunk_ns],
+            }
+            f.write(json.dumps(row) + "\n")
+
+
+def _fmt(value, spec: str = "{:.2f}") -> str:
+    if value is None:
+        return "-"
+    return spec.format(value) if isinstance(value, int | float) else str(value)
+
+
+def print_table(result: RunResult, console: Console | None = None) -> None:
+    """The final table: throughput, latency distributions, errors, client health."""
+    console = console or Console()
+    s, cfg = result.summary, result.cfg
+    title = "loadgen result" + (" (INTERRUPTED: partial)" if result.interrupted else "")
+    table = Table(title=title, show_header=False)
+    for key, label, spec in TABLE_ROWS:
+        table.add_row(label, _fmt(s.get(key), spec))
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
+                        ("itl_per_token", "ITL per token"), ("e2e_latency", "E2E latency")):
+        cells = [f"mean {_fmt(s[f'mean_{name}_ms'])}", f"median {_fmt(s[f'median_{name}_ms'])}"]
+        cells += [f"{pct_key(p)} {_fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
+        table.add_row(f"{label} (ms)", "  ".join(cells))
+    for cls, info in s["errors"].items():
+        table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
+    health = s["client_health"]
+    for w in health["workers"]:
+        table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}  loop lag p99 "
+                      f"{w['loop_lag_p99_ms']:.1f} ms  cpu/event {_fmt(w['cpu_us_per_event'], '{:.1f}')} µs")
+    table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  p99 {health['p99_send_lag_ms']:.2f}")
+    verdict = "[bold red]YES[/]: " + "; ".join(health["client_bound_reasons"]) if s["client_bound"] else "no"
+    table.add_row("client-bound", verdict)
+    console.print(table)
+
+
+def compare(paths: list[str], console: Console | None = None) -> Table:
+    """Print runs side by side, each with its ratio to the first."""
+    console = console or Console()
+    runs = []
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            runs.append(json.load(f))
+    table = Table(title="loadgen compare (ratio to the first run)")
+    table.add_column("metric")
+    for p in paths:
+        table.add_column(os.path.basename(p), justify="right")
+    for key in COMPARE_KEYS:
+        base = runs[0].get(key)
+        cells = []
+        for run in runs:
+            v = run.get(key)
+            ratio = f" ({v / base:.2f}x)" if isinstance(v, int | float) and base else ""
+            cells.append(_fmt(v) + (ratio if run is not runs[0] else ""))
+        table.add_row(key, *cells)
+    table.add_row("client_bound", *[str(r.get("client_bound")) for r in runs])
+    console.print(table)
+    return table

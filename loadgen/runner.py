@@ -1,0 +1,151 @@
+"""The parent process: builds the work, starts the workers, shows progress, merges the records.
+
+Ctrl-C sets a shared stop event: workers cancel what is in flight and send back what finished, so a
+partial run is still summarised and written. A run is bounded: workers that do not answer within
+`--timeout` plus a grace period after the stop are terminated.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+from dataclasses import dataclass, replace
+
+import httpx
+import msgspec
+
+from loadgen.client import request_body
+from loadgen.config import RunConfig
+from loadgen.datasets import DatasetConfig, Prompt, build_prompts
+from loadgen.metrics import summarize
+from loadgen.records import RequestRecord, WorkerResult
+from loadgen.schedule import arrival_offsets_s
+from loadgen.worker import NUM_COUNTERS, WorkerPlan, WorkItem, worker_main
+
+STOP_GRACE_S = 10.0
+START_DELAY_NS = 20_000_000
+
+
+@dataclass
+class RunResult:
+    """Merged records, per-worker health, the summary, and whether Ctrl-C cut the run short."""
+
+    cfg: RunConfig
+    model: str
+    records: list[RequestRecord]
+    summary: dict
+    interrupted: bool
+
+
+def first_model(cfg: RunConfig) -> str:
+    """The first model id that the server's /v1/models lists."""
+    r = httpx.get(cfg.base_url.rstrip("/") + "/v1/models", headers=cfg.headers, timeout=min(cfg.timeout_s, 30))
+    r.raise_for_status()
+    return r.json()["data"][0]["id"]
+
+
+def _num_items(cfg: RunConfig) -> int:
+    if cfg.num_prompts is not None:
+        return cfg.num_prompts
+    if cfg.is_rate_mode:
+        return len(arrival_offsets_s(cfg.request_rate, cfg.burstiness, None, cfg.duration_s, cfg.seed))
+    return max(cfg.concurrency or 1, 64)
+
+
+def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str) -> list[WorkerPlan]:
+    """Items spread round-robin over the workers, each with its intended offset in rate mode."""
+    num = _num_items(cfg)
+    prompts = build_prompts(replace(dcfg, num_prompts=num + cfg.warmup))
+    offsets: list[float | None] = [None] * num
+    if cfg.is_rate_mode:
+        offsets = arrival_offsets_s(cfg.request_rate, cfg.burstiness, num, cfg.duration_s, cfg.seed)
+        num = len(offsets)
+
+    def item(i: int, p: Prompt, offset: float | None) -> WorkItem:
+        return WorkItem(i, request_body(cfg, model, p), p.input_len, p.is_exact_input_len, p.output_len, offset)
+
+    items = [item(i, prompts[i], offsets[i]) for i in range(num)]
+    warm = [item(-1 - i, prompts[num + i], None) for i in range(cfg.warmup)]
+    return [
+        WorkerPlan(w, items[w :: cfg.workers], warm[w :: cfg.workers], num, dcfg.tokenizer_path)
+        for w in range(cfg.workers)
+    ]
+
+
+class _Pool:
+    """The worker processes and their shared counters, pipes, barrier and stop event."""
+
+    def __init__(self, cfg: RunConfig, plans: list[WorkerPlan]) -> None:
+        ctx = mp.get_context("fork")
+        self.counters = ctx.RawArray("q", NUM_COUNTERS * len(plans))
+        self.stop_event = ctx.Event()
+        self.start_ns = ctx.RawValue("q", 0)
+        self.barrier = ctx.Barrier(len(plans), action=self._set_start)
+        self.pipes, self.procs = [], []
+        for plan in plans:
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=worker_main, daemon=True,
+                               args=(cfg, plan, send, self.barrier, self.start_ns, self.counters, self.stop_event))
+            proc.start()
+            send.close()
+            self.pipes.append(recv)
+            self.procs.append(proc)
+        self.results: dict[int, WorkerResult] = {}
+
+    def _set_start(self) -> None:
+        # NOTE: runs in the last worker to reach the barrier; all workers share this origin.
+        self.start_ns.value = time.perf_counter_ns() + START_DELAY_NS
+
+    def totals(self) -> dict[str, int]:
+        c = list(self.counters)
+        return {name: sum(c[i::NUM_COUNTERS]) for i, name in enumerate(("done", "in_flight", "errors", "chunks"))}
+
+    def poll(self, timeout: float) -> None:
+        """Collect any finished worker's result (waits at most `timeout`)."""
+        ready = mp.connection.wait([p for i, p in enumerate(self.pipes) if i not in self.results], timeout)
+        for pipe in ready:
+            i = self.pipes.index(pipe)
+            try:
+                self.results[i] = msgspec.msgpack.decode(pipe.recv_bytes(), type=WorkerResult)
+            except EOFError:
+                self.results[i] = None  # the worker died without a result
+            self.procs[i].join(timeout=5)
+
+    @property
+    def is_done(self) -> bool:
+        return len(self.results) == len(self.procs)
+
+    def terminate(self) -> None:
+        for i, proc in enumerate(self.procs):
+            if i not in self.results and proc.is_alive():
+                proc.terminate()
+                self.results[i] = None
+
+
+def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
+    """Run the load; `progress(totals, elapsed_s)` is called a few times a second if given."""
+    model = cfg.model or first_model(cfg)
+    pool = _Pool(cfg, build_plans(cfg, dcfg, model))
+    interrupted, stop_deadline = False, None
+    start = time.perf_counter()
+    while not pool.is_done:
+        try:
+            pool.poll(0.25)
+            if progress is not None:
+                progress(pool.totals(), time.perf_counter() - start)
+            if stop_deadline is not None and time.perf_counter() > stop_deadline:
+                pool.terminate()
+        except KeyboardInterrupt:
+            if interrupted:
+                pool.terminate()
+            interrupted = True
+            pool.stop_event.set()
+            stop_deadline = time.perf_counter() + STOP_GRACE_S
+    results = [r for r in pool.results.values() if r is not None]
+    if len(results) < len(pool.procs):
+        print(f"loadgen: {len(pool.procs) - len(results)} worker(s) gave no result", file=sys.stderr)
+    records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
+    summary = summarize(cfg, records, [r.health for r in results])
+    interrupted = interrupted or any(r.interrupted for r in results)
+    return RunResult(cfg, model, records, summary, interrupted)

@@ -1,0 +1,27 @@
+"""Request arrival times for the open-loop rate mode: Poisson, gamma (burstiness) or constant."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def arrival_offsets_s(rate: float, burstiness: float, num: int | None, duration_s: float | None, seed: int) -> list[float]:
+    """Intended start times (seconds from the run's start) of the requests.
+
+    Gaps are gamma-distributed with shape `burstiness` and mean 1/rate (shape 1 is Poisson);
+    an infinite burstiness gives constant gaps. With `duration_s`, arrivals stop at the duration.
+    """
+    if math.isinf(rate):
+        raise ValueError("arrival times need a finite rate")
+    limit = num if num is not None else int(rate * duration_s * 1.5) + 16
+    if math.isinf(burstiness):
+        gaps = np.full(limit, 1.0 / rate)
+    else:
+        rng = np.random.default_rng(seed)
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=limit)
+    times = np.cumsum(gaps) - gaps[0]
+    if duration_s is not None:
+        times = times[times < duration_s]
+    return times.tolist()

@@ -1,0 +1,277 @@
+"""A scripted, near-free OpenAI-compatible streaming server with known TTFT, gaps and token counts.
+
+Used by the tests and by `python -m loadgen.selfbench`. It speaks just enough HTTP/1.1 (httptools)
+for `/v1/models`, `/v1/chat/completions`, `/v1/completions` and `/stats`. Every content chunk is
+one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
+every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood"). `faults` cycles over the
+requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed" (a broken SSE
+event), "hang" (never answers: the client's timeout fires). `/stats` returns the true per-request
+TTFT and mean gap measured at the moment of writing. Binds to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+import httptools
+import msgspec
+
+MODEL_NAME = "scripted-model"
+_ROLE_CHUNK = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+_CHAT_TOKEN = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" tok","reasoning_content":null},"finish_reason":null}]}\n\n'
+_TEXT_TOKEN = b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'
+_DONE = b"data: [DONE]\n\n"
+_SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class ServerScript:
+    """What the server does: first-token delay, gap between tokens, tokens per request, faults."""
+
+    ttft_ms: float = 20.0
+    gap_ms: float = 20.0
+    num_tokens: int | None = None
+    prompt_tokens: int = 8
+    faults: tuple[str, ...] = ("ok",)
+
+    def __post_init__(self) -> None:
+        bad = set(self.faults) - {"ok", "http_500", "reset", "malformed", "hang"}
+        if bad:
+            raise ValueError(f"unknown faults {sorted(bad)}")
+        if self.ttft_ms < 0 or self.gap_ms < 0:
+            raise ValueError("ttft_ms and gap_ms must be >= 0")
+
+
+@dataclass
+class _Truth:
+    ttft_ns: list[int] = field(default_factory=list)
+    gap_ns_sum: int = 0
+    num_gaps: int = 0
+    num_requests: int = 0
+
+
+class _Request(msgspec.Struct):
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+    stream_options: dict | None = None
+
+
+class _Handler(asyncio.Protocol):
+    def __init__(self, server: ScriptedServer) -> None:
+        self._server = server
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._body: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.transport.abort()
+
+    def connection_lost(self, exc) -> None:
+        self.transport = None
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        url, body = self._url, b"".join(self._body)
+        self._url, self._body = b"", []
+        self._server._route(self, url.split(b"?")[0], body)
+
+    def write(self, data: bytes) -> bool:
+        if self.transport is None or self.transport.is_closing():
+            return False
+        self.transport.write(data)
+        return True
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _json_response(status: str, payload: object) -> bytes:
+    body = msgspec.json.encode(payload)
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+class ScriptedServer:
+    """The scripted server; `start()` inside a running loop, `close()` to stop."""
+
+    def __init__(self, script: ServerScript, port: int = 0) -> None:
+        self.script = script
+        self.port = port
+        self.truth = _Truth()
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        """Listen on 127.0.0.1; returns the bound port."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Handler(self), "127.0.0.1", self.port, backlog=4096)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def close(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+
+    def _route(self, conn: _Handler, path: bytes, body: bytes) -> None:
+        if path == b"/v1/models":
+            conn.write(_json_response("200 OK", {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}))
+        elif path == b"/stats":
+            conn.write(_json_response("200 OK", self.stats()))
+        elif path in (b"/v1/chat/completions", b"/v1/completions"):
+            self._generate(conn, path == b"/v1/chat/completions", body)
+        else:
+            conn.write(_json_response("404 Not Found", {"error": "not found"}))
+
+    def stats(self) -> dict:
+        """True per-request TTFT (ms) and mean gap (ms) as written by the server."""
+        t = self.truth
+        return {
+            "num_requests": t.num_requests,
+            "ttft_ms": [x / 1e6 for x in t.ttft_ns],
+            "mean_gap_ms": (t.gap_ns_sum / t.num_gaps / 1e6) if t.num_gaps else None,
+            "num_tokens_sent": len(t.ttft_ns) + t.num_gaps,
+        }
+
+    def _generate(self, conn: _Handler, is_chat: bool, body: bytes) -> None:
+        arrived = time.perf_counter_ns()
+        req = msgspec.json.decode(body, type=_Request)
+        fault = self.script.faults[self.truth.num_requests % len(self.script.faults)]
+        self.truth.num_requests += 1
+        n = self.script.num_tokens or req.max_completion_tokens or req.max_tokens or 16
+        if fault == "hang":
+            return
+        if fault == "http_500":
+            conn.write(_json_response("500 Internal Server Error", {"error": {"message": "scripted failure"}}))
+            return
+        usage = bool(req.stream_options and req.stream_options.get("include_usage"))
+        if not req.stream:
+            self._answer_whole(conn, is_chat, n, arrived)
+            return
+        conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
+        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived)
+        loop = asyncio.get_running_loop()
+        loop.call_at(loop.time() + self.script.ttft_ms / 1e3, stream.step)
+
+    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int) -> None:
+        async def later() -> None:
+            await asyncio.sleep((self.script.ttft_ms + self.script.gap_ms * (n - 1)) / 1e3)
+            text = " tok" * n
+            choice = {"index": 0, "finish_reason": "length"}
+            choice.update({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})
+            usage = {"prompt_tokens": self.script.prompt_tokens, "completion_tokens": n,
+                     "total_tokens": self.script.prompt_tokens + n}
+            self.truth.ttft_ns.append(time.perf_counter_ns() - arrived)
+            conn.write(_json_response("200 OK", {"id": "c", "choices": [choice], "usage": usage}))
+
+        asyncio.get_running_loop().create_task(later())
+
+
+class _Stream:
+    """One streaming response, written by timer callbacks (no coroutine per stream)."""
+
+    def __init__(self, server, conn, is_chat, n, usage, fault, arrived) -> None:
+        self.server, self.conn, self.is_chat = server, conn, is_chat
+        self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
+        self.sent = 0
+        self.last_ns = 0
+        loop = asyncio.get_running_loop()
+        self.t0 = loop.time() + server.script.ttft_ms / 1e3
+
+    def step(self) -> None:
+        script = self.server.script
+        if script.gap_ms == 0:
+            self._flood()
+            return
+        if not self._token():
+            return
+        if self.sent >= self.n:
+            self._finish()
+            return
+        loop = asyncio.get_running_loop()
+        loop.call_at(self.t0 + self.sent * script.gap_ms / 1e3, self.step)
+
+    def _flood(self) -> None:
+        while self.sent < self.n and self._token():
+            pass
+        if self.sent >= self.n:
+            self._finish()
+
+    def _token(self) -> bool:
+        if self.fault == "reset" and self.sent == self.n // 2:
+            if self.conn.transport is not None:
+                self.conn.transport.abort()
+            return False
+        payload = _CHAT_TOKEN if self.is_chat else _TEXT_TOKEN
+        if self.fault == "malformed" and self.sent == self.n // 2:
+            payload = b"data: {not json\n\n"
+        now = time.perf_counter_ns()
+        truth = self.server.truth
+        if self.sent == 0:
+            truth.ttft_ns.append(now - self.arrived)
+        else:
+            truth.gap_ns_sum += now - self.last_ns
+            truth.num_gaps += 1
+        self.last_ns = now
+        self.sent += 1
+        return self.conn.write(_chunked(payload))
+
+    def _finish(self) -> None:
+        script = self.server.script
+        fin = {"index": 0, "finish_reason": "length"}
+        fin.update({"delta": {}} if self.is_chat else {"text": ""})
+        out = [b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
+        if self.usage:
+            usage = {"prompt_tokens": script.prompt_tokens, "completion_tokens": self.n,
+                     "total_tokens": script.prompt_tokens + self.n}
+            out.append(b"data: " + msgspec.json.encode({"id": "c", "choices": [], "usage": usage}) + b"\n\n")
+        out.append(_DONE)
+        self.conn.write(b"".join(_chunked(x) for x in out) + b"0\r\n\r\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the scripted server in the foreground (used as a subprocess by selfbench)."""
+    p = argparse.ArgumentParser(prog="python -m loadgen.testserver")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttft-ms", type=float, default=20.0)
+    p.add_argument("--gap-ms", type=float, default=20.0)
+    p.add_argument("--num-tokens", type=int, default=None)
+    p.add_argument("--faults", default="ok")
+    p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
+    args = p.parse_args(argv)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")))
+    import uvloop
+
+    async def serve() -> None:
+        server = ScriptedServer(script, args.port)
+        port = await server.start()
+        print(f"listening {port}", flush=True)
+        await asyncio.Event().wait()
+
+    uvloop.run(serve())
+
+
+if __name__ == "__main__":
+    main()

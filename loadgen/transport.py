@@ -1,0 +1,223 @@
+"""A lean HTTP/1.1 keep-alive transport for `httpx.AsyncClient`, over asyncio protocols and httptools.
+
+The stock httpx transport wakes the reading coroutine once per network read and walks several
+generator layers per chunk. Here the body bytes are stamped with `time.perf_counter_ns()` inside
+the protocol callback, the moment they arrive, and kept with their stamps; a reader that only
+needs the stamped body awaits `StampedBody.complete()` once per response instead of once per
+chunk. Ordinary iteration (`response.aiter_raw()`) still works, so the transport is a drop-in
+behind the public httpx API. The stamped body is exposed as `response.extensions["loadgen.body"]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import httptools
+import httpx
+
+BODY_EXTENSION = "loadgen.body"
+
+
+class StampedBody(httpx.AsyncByteStream):
+    """Response body chunks with their arrival times (perf_counter_ns), filled by the protocol."""
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn: _Connection | None = conn
+        self.chunks: list[bytes] = []
+        self.stamps: list[int] = []
+        self._done = asyncio.get_running_loop().create_future()
+        self._wakeup: asyncio.Future | None = None
+        self._read_pos = 0
+
+    def _feed(self, data: bytes) -> None:
+        # NOTE: the stamp is taken in the read callback, before any coroutine runs.
+        self.stamps.append(time.perf_counter_ns())
+        self.chunks.append(data)
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        self._conn = None
+        if not self._done.done():
+            if exc is None:
+                self._done.set_result(None)
+            else:
+                self._done.set_exception(exc)
+                self._done.exception()  # mark retrieved: a reader may never await it
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    @property
+    def is_complete(self) -> bool:
+        """True once the whole body arrived (or the connection failed)."""
+        return self._done.done()
+
+    async def complete(self) -> None:
+        """Wait for the end of the body; raises the transport error if the connection failed."""
+        await self._done
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            if self._read_pos < len(self.chunks):
+                pending = self.chunks[self._read_pos :]
+                self._read_pos = len(self.chunks)
+                yield b"".join(pending)
+                continue
+            if self._done.done():
+                self._done.result()
+                return
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            self._conn.abort(httpx.ReadError("response closed before its end"))
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; serves one request at a time."""
+
+    def __init__(self, pool: LeanTransport, key: tuple[str, int]) -> None:
+        self._pool = pool
+        self._key = key
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head: asyncio.Future | None = None
+        self.body: StampedBody | None = None
+        self.is_closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.abort(httpx.RemoteProtocolError("unexpected protocol upgrade"))
+        except httptools.HttpParserError as exc:
+            self.abort(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.is_closed = True
+        self._fail(httpx.ReadError(f"connection lost: {exc or 'closed by peer'}"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.body = StampedBody(self)
+        if self._head is not None and not self._head.done():
+            self._head.set_result((self._parser.get_status_code(), self.body))
+
+    def on_body(self, body: bytes) -> None:
+        self.body._feed(body)  # type: ignore[union-attr]
+
+    def on_message_complete(self) -> None:
+        body, self.body = self.body, None
+        keep_alive = self._parser.should_keep_alive()
+        if body is not None:
+            body._finish(None)
+        if keep_alive and not self.is_closed:
+            self._pool._release(self._key, self)
+        else:
+            self.close()
+
+    async def send(self, head: bytes, content: bytes) -> tuple[int, list, StampedBody]:
+        """Write one request and wait for the response head."""
+        self._headers = []
+        self._parser = httptools.HttpResponseParser(self)
+        self._head = asyncio.get_running_loop().create_future()
+        self._transport.write(head + content)  # type: ignore[union-attr]
+        try:
+            status, body = await self._head
+        except asyncio.CancelledError:
+            self.abort(httpx.ReadError("request cancelled"))
+            raise
+        return status, self._headers, body
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(exc)
+            self._head.exception()
+        if self.body is not None:
+            self.body._finish(exc)
+            self.body = None
+
+    def abort(self, exc: BaseException) -> None:
+        """Drop the connection; pending waiters get `exc`."""
+        self._fail(exc)
+        self.close()
+
+    def close(self) -> None:
+        """Close without waiting."""
+        self.is_closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class LeanTransport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 keep-alive transport for plain-http targets; keeps up to `max_keepalive` idle."""
+
+    def __init__(self, max_keepalive: int = 4096) -> None:
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._max_keepalive = max_keepalive
+        self._num_idle = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol("LeanTransport serves http:// only")
+        key = (url.host, url.port or 80)
+        content = await request.aread()
+        head = _request_head(request)
+        conn = await self._acquire(key)
+        try:
+            status, headers, body = await conn.send(head, content)
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            raise type(exc)(str(exc), request=request) from None
+        return httpx.Response(
+            status, headers=headers, stream=body,
+            extensions={BODY_EXTENSION: body, "http_version": b"HTTP/1.1"},
+        )
+
+    async def _acquire(self, key: tuple[str, int]) -> _Connection:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            self._num_idle -= 1
+            if not conn.is_closed:
+                return conn
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await loop.create_connection(lambda: _Connection(self, key), *key)
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from None
+        return conn
+
+    def _release(self, key: tuple[str, int], conn: _Connection) -> None:
+        if self._num_idle >= self._max_keepalive:
+            conn.close()
+            return
+        self._idle.setdefault(key, []).append(conn)
+        self._num_idle += 1
+
+    async def aclose(self) -> None:
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        self._num_idle = 0
+
+
+def _request_head(request: httpx.Request) -> bytes:
+    target = request.url.raw_path
+    lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
+    lines += [name + b": " + value for name, value in request.headers.raw]
+    return b"\r\n".join(lines) + b"\r\n\r\n"

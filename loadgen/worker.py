@@ -1,0 +1,199 @@
+"""A worker process: one uvloop, one httpx client, its share of the load, its own health figures.
+
+The parent hands each worker its items (request bodies with intended start offsets for the rate
+mode), a barrier to start together, shared counters for the live display and a stop event
+(Ctrl-C). The worker sends back its per-request records and health through a pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import time
+from dataclasses import dataclass, replace
+
+import msgspec
+
+from loadgen.client import RawResponse, build_request, finish_record, make_client, send_one
+from loadgen.config import RunConfig
+from loadgen.datasets import load_tokenizer
+from loadgen.records import RequestRecord, WorkerHealth, WorkerResult
+
+TICK_S = 0.05
+BARRIER_TIMEOUT_S = 600.0
+MAX_RAW_BYTES = 256 << 20
+# counters per worker in the shared array: done, in flight, errors, chunks
+NUM_COUNTERS = 4
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One request to send: its global index, body, nominal lengths and intended offset."""
+
+    index: int
+    body: bytes
+    input_len: int
+    is_exact_input_len: bool
+    output_len: int
+    offset_s: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """A worker's share of the run."""
+
+    worker: int
+    items: list[WorkItem]
+    warmup: list[WorkItem]
+    num_total: int
+    tokenizer_path: str | None = None
+
+
+class _Worker:
+    def __init__(self, cfg: RunConfig, plan: WorkerPlan, counters, stop_event) -> None:
+        self.cfg, self.plan = cfg, plan
+        self.counters, self.stop_event = counters, stop_event
+        self.base = plan.worker * NUM_COUNTERS
+        self.limit = cfg.worker_concurrency(plan.worker)
+        self.raws: list[RawResponse] = []
+        self.records: list[RequestRecord] = []
+        self.tasks: set[asyncio.Task] = set()
+        self.lags_ms: list[float] = []
+        self.raw_bytes = 0
+        self.is_interrupted = False
+        self.num_events = 0
+
+    async def run(self, barrier, start_ns) -> WorkerResult:
+        num_conn = self.limit or max(64, len(self.plan.items))
+        async with make_client(self.cfg, num_conn) as client:
+            self.client = client
+            self.requests = {it.index: build_request(client, self.cfg, it.body) for it in self.plan.items}
+            await self._warmup()
+            await asyncio.get_running_loop().run_in_executor(None, barrier.wait, BARRIER_TIMEOUT_S)
+            self.t0 = start_ns.value
+            await asyncio.sleep(max(self.t0 - time.perf_counter_ns(), 0) / 1e9)
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            monitor = asyncio.create_task(self._monitor())
+            self.dispatcher = asyncio.create_task(self._dispatch())
+            try:
+                await self.dispatcher
+            except asyncio.CancelledError:
+                pass
+            await self._drain()
+            monitor.cancel()
+            health = WorkerHealth(worker=self.plan.worker, cpu_s=time.process_time() - cpu0,
+                                  wall_s=time.perf_counter() - wall0, loop_lag_ms=self.lags_ms,
+                                  num_events=self.num_events)
+        tokenizer = load_tokenizer(self.plan.tokenizer_path)
+        self.records += [finish_record(raw, tokenizer) for raw in self.raws]
+        return WorkerResult(records=self.records, health=health, interrupted=self.is_interrupted)
+
+    async def _warmup(self) -> None:
+        sem = asyncio.Semaphore(self.limit or len(self.plan.warmup) or 1)
+
+        async def one(item: WorkItem) -> None:
+            async with sem:
+                request = build_request(self.client, self.cfg, item.body)
+                await send_one(self.client, self.cfg, request, RawResponse(_new_record(item, 0)))
+
+        await asyncio.gather(*(one(item) for item in self.plan.warmup))
+
+    def _items(self):
+        if self.cfg.duration_s is None or self.cfg.is_rate_mode:
+            yield from self.plan.items
+            return
+        for rep in itertools.count():
+            for item in self.plan.items:
+                yield replace(item, index=rep * self.plan.num_total + item.index)
+
+    async def _dispatch(self) -> None:
+        sem = asyncio.Semaphore(self.limit) if self.limit else None
+        t0 = self.t0
+        deadline = t0 + int(self.cfg.duration_s * 1e9) if self.cfg.duration_s else None
+        for item in self._items():
+            intended = t0
+            if item.offset_s is not None:
+                intended = t0 + int(item.offset_s * 1e9)
+                await _sleep_until(intended)
+            if sem is not None:
+                await sem.acquire()
+                # NOTE: waiting for a concurrency slot is chosen queueing, not client lag.
+                intended = max(intended, time.perf_counter_ns()) if item.offset_s is not None else time.perf_counter_ns()
+            if self.is_interrupted or (deadline and time.perf_counter_ns() >= deadline):
+                if sem is not None:
+                    sem.release()
+                break
+            task = asyncio.create_task(self._one(item, intended, sem))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _one(self, item: WorkItem, intended_ns: int, sem) -> None:
+        rec = _new_record(item, self.plan.worker)
+        rec.intended_ns = intended_ns
+        raw = RawResponse(rec, is_stream=self.cfg.stream)
+        self.counters[self.base + 1] += 1
+        try:
+            await send_one(self.client, self.cfg, self.requests[item.index % self.plan.num_total], raw)
+        finally:
+            self.counters[self.base + 1] -= 1
+            if sem is not None:
+                sem.release()
+        self._keep(raw)
+
+    def _keep(self, raw: RawResponse) -> None:
+        c = self.counters
+        c[self.base] += 1
+        c[self.base + 2] += raw.record.error_class is not None
+        c[self.base + 3] += len(raw.chunks)
+        self.num_events += len(raw.chunks)
+        size = sum(len(x) for x in raw.chunks)
+        if self.raw_bytes + size > MAX_RAW_BYTES:
+            self.records.append(finish_record(raw))
+        else:
+            self.raw_bytes += size
+            self.raws.append(raw)
+
+    async def _drain(self) -> None:
+        while self.tasks:
+            if self.is_interrupted:
+                for task in list(self.tasks):
+                    task.cancel()
+            await asyncio.wait(list(self.tasks), timeout=TICK_S)
+
+    async def _monitor(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + TICK_S
+            await asyncio.sleep(TICK_S)
+            self.lags_ms.append(max(0.0, (loop.time() - expected) * 1e3))
+            if not self.is_interrupted and self.stop_event.is_set():
+                self.is_interrupted = True
+                self.dispatcher.cancel()
+                for task in list(self.tasks):
+                    task.cancel()
+
+
+async def _sleep_until(when_ns: int) -> None:
+    delay = (when_ns - time.perf_counter_ns()) / 1e9
+    if delay > 0:
+        await asyncio.sleep(delay)
+    # NOTE: uvloop timers have 1 ms resolution and may fire early; yield until the exact time.
+    while time.perf_counter_ns() < when_ns:
+        await asyncio.sleep(0)
+
+
+def _new_record(item: WorkItem, worker: int) -> RequestRecord:
+    return RequestRecord(index=item.index, worker=worker, intended_ns=0, start_ns=0, end_ns=0,
+                         input_len=item.input_len, is_exact_input_len=item.is_exact_input_len,
+                         output_len_asked=item.output_len)
+
+
+def worker_main(cfg: RunConfig, plan: WorkerPlan, conn, barrier, start_ns, counters, stop_event) -> None:
+    """Process entry point: run the plan on uvloop and send the result back through `conn`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import uvloop
+
+    result = uvloop.run(_Worker(cfg, plan, counters, stop_event).run(barrier, start_ns))
+    conn.send_bytes(msgspec.msgpack.encode(result))
+    conn.close()

@@ -1,0 +1,48 @@
+"""Datasets and arrival schedules are seeded and follow upstream's length rule."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+
+from loadgen.datasets import DatasetConfig, build_prompts, sample_lengths
+from loadgen.schedule import arrival_offsets_s
+
+
+def test_random_lengths_are_uniform_in_upstream_range():
+    lens = sample_lengths(random.Random(0), 100, 0.25, 5000)
+    assert min(lens) == 25 and max(lens) == 100
+    assert sample_lengths(random.Random(0), 3, 0.0, 50).count(0) == 0
+
+
+def test_datasets_are_seeded():
+    cfg = DatasetConfig(name="random", num_prompts=5, random_input_len=20, random_output_len=9, seed=3)
+    assert build_prompts(cfg) == build_prompts(cfg)
+    ids = build_prompts(DatasetConfig(name="random-ids", num_prompts=4, random_input_len=10, random_range_ratio=1.0))
+    assert all(len(p.prompt) == p.input_len == 10 and p.is_exact_input_len for p in ids)
+
+
+def test_shared_prefix_groups_share_their_prefix():
+    cfg = DatasetConfig(name="shared-prefix", num_prompts=6, shared_prefix_groups=2, shared_prefix_len=30,
+                        random_input_len=5)
+    prompts = [p.prompt for p in build_prompts(cfg)]
+    assert prompts[0].split("\n")[0] == prompts[2].split("\n")[0] != prompts[1].split("\n")[0]
+
+
+def test_sharegpt_file(tmp_path):
+    conv = [{"conversations": [{"from": "human", "value": "q " * 40}, {"from": "gpt", "value": "a " * 80}]}] * 3
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(conv))
+    prompts = build_prompts(DatasetConfig(name="sharegpt", dataset_path=str(path), num_prompts=2))
+    assert len(prompts) == 2 and prompts[0].output_len == 40
+
+
+def test_arrivals_constant_and_poisson():
+    const = arrival_offsets_s(50.0, math.inf, 11, None, 0)
+    np.testing.assert_allclose(np.diff(const), 0.02)
+    poisson = arrival_offsets_s(100.0, 1.0, 20000, None, 0)
+    assert abs(np.mean(np.diff(poisson)) - 0.01) < 0.0005
+    assert max(arrival_offsets_s(10.0, 1.0, None, 2.0, 0)) < 2.0
