@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from reference_impl.config import ServerArgs
 from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
+from reference_impl.server.deltas import get_delta_tracker
 from reference_impl.server.metrics import ServerMetrics
 from reference_impl.server.protocol import UsageInfo
 from reference_impl.server.stream_outputs import ReqOutput
@@ -71,6 +72,7 @@ class ServingBase:
         self.tm = tokenizer_manager
         self.tokenizer = tokenizer
         self.metrics = metrics
+        self.delta_tracker_cls = get_delta_tracker(args.stream_delta, args.incremental_streaming_output)
 
     def build(self, request, prompts: list[list[int]]) -> SubRequests:
         """Check ``request`` against the server's limits and split it into sub-requests."""

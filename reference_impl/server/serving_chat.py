@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from reference_impl.server.deltas import get_delta_tracker
 from reference_impl.server.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -32,8 +31,6 @@ class ServingChat(ServingBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._encoder = get_chat_chunk_encoder(self.args.sse_encoder)
-        self._tracker_cls = get_delta_tracker(self.args.stream_delta,
-                                              self.args.incremental_streaming_output)
 
     def prepare(self, request: ChatCompletionRequest) -> SubRequests:
         messages = [{"role": m.role, "content": m.text} for m in request.messages]
@@ -43,7 +40,7 @@ class ServingChat(ServingBase):
     async def stream(self, request: ChatCompletionRequest, subs: SubRequests) -> AsyncIterator[bytes]:
         """SSE chunks: per choice a role chunk, content chunks, one finish chunk; then [DONE]."""
         encode = self._encoder.encode
-        tracker = self._tracker_cls()
+        tracker = self.delta_tracker_cls()
         head = {"chunk_id": subs.request_id, "created": subs.created, "model": request.model}
         continuous = request.continuous_usage_stats
         completion_tokens = 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from reference_impl.server.deltas import get_delta_tracker
 from reference_impl.server.protocol import (
     CompletionRequest,
     CompletionResponse,
@@ -29,11 +28,6 @@ class ServingCompletions(ServingBase):
     endpoint = "completions"
     id_prefix = "cmpl-"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._tracker_cls = get_delta_tracker(self.args.stream_delta,
-                                              self.args.incremental_streaming_output)
-
     def prepare(self, request: CompletionRequest) -> SubRequests:
         prompts = []
         for prompt in request.prompts:
@@ -52,7 +46,7 @@ class ServingCompletions(ServingBase):
 
     async def stream(self, request: CompletionRequest, subs: SubRequests) -> AsyncIterator[bytes]:
         """SSE chunks: content chunks (the echo on each choice's first), one finish chunk each."""
-        tracker = self._tracker_cls()
+        tracker = self.delta_tracker_cls()
         echoes = self.echo_texts(request)
         continuous = request.continuous_usage_stats
         completion_tokens = 0
