@@ -1,0 +1,209 @@
+"""Self-benchmark: what loadgen's client costs per streamed event, next to the server's truth.
+
+`python -m loadgen.selfbench [--guidellm /tmp/guidellm-venv/bin/guidellm]` starts the scripted
+server (loadgen.testserver) pinned to one core, runs loadgen pinned to another at 256 and 2048
+streams in "paced" mode (one token per stream every 20 ms) and "flood" mode (all tokens at once),
+and prints client CPU per event, events per second, reported versus true TTFT and ITL, and the
+client-bound verdict. With `--guidellm` the peer runs against the same server in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+SCENARIOS = (("paced", 256), ("paced", 2048), ("flood", 256))
+
+
+def _server(mode: str, cpu: int) -> tuple[subprocess.Popen, str]:
+    gap = "20" if mode == "paced" else "0"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.testserver", "--ttft-ms", "20", "--gap-ms", gap,
+                             "--cpu", str(cpu)], stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline().split()[1])
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_loadgen(url: str, streams: int, args, cpu: int) -> dict:
+    """One pinned loadgen run; returns its figures."""
+    out = os.path.join(tempfile.mkdtemp(), "r.json")
+    cmd = ["taskset", "-c", str(cpu), sys.executable, "-m", "loadgen", "--base-url", url,
+           "--concurrency", str(streams), "--duration", str(args.duration), "--workers", "1",
+           "--random-input-len", "16", "--random-output-len", str(args.output_len),
+           "--random-range-ratio", "1.0", "--warmup", str(streams), "--transport", args.transport,
+           "--quiet", "--output", out]
+    subprocess.run(cmd, check=True, timeout=args.duration + 300)
+    with open(out) as f:
+        data = json.load(f)
+    w = data["summary"]["client_health"]["workers"][0]
+    events = data["total_output_tokens_client"]
+    return {"cpu_us_per_event": w["cpu_s"] * 1e6 / max(events, 1), "events_per_s": events / w["wall_s"],
+            "median_ttft_ms": data["median_ttft_ms"], "mean_itl_ms": data["mean_itl_ms"],
+            "client_bound": data["client_bound"], "failed": data["failed"]}
+
+
+def _tree_cpu(root: int, seen: dict[int, float]) -> float:
+    """CPU seconds (user + system) of `root` and all its descendants, from /proc.
+
+    `seen` keeps each pid's last value, so processes that exited since the previous sample still
+    count with what they had used by then (their final slice after that sample is lost)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, frontier = {root}, [root]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in tree]
+        tree.update(kids)
+        frontier.extend(kids)
+    for pid in tree:
+        if pid in cpu:
+            seen[pid] = max(seen.get(pid, 0.0), cpu[pid])
+    return sum(seen.values())
+
+
+def _at(samples: list[tuple[float, float, float]], t: float, i: int) -> float:
+    """Linear interpolation of column i of (time, cpu_s, tokens) samples at time t."""
+    for a, b in zip(samples, samples[1:], strict=False):
+        if a[0] <= t <= b[0]:
+            w = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 0.0
+            return a[i] + w * (b[i] - a[i])
+    return samples[0][i] if t < samples[0][0] else samples[-1][i]
+
+
+def _server_truth(url: str) -> dict:
+    s = httpx.get(url + "/stats").json()
+    gaps = s["num_tokens_sent"] - len(s["ttft_ms"])
+    return {"ttft_ms": s["ttft_ms"], "gaps": gaps, "gap_sum_ms": (s["mean_gap_ms"] or 0.0) * gaps,
+            "tokens": s["num_tokens_sent"], "requests": s["num_requests"]}
+
+
+def run_guidellm(path: str, url: str, streams: int, args, cpu: int) -> dict:
+    """guidellm 0.8.1 against the same server, pinned to the client core, bounded in time and requests.
+
+    Client CPU comes from /proc of the guidellm process tree (main process and its worker
+    processes), sampled every 0.25 s together with the server's token counter, so CPU per event is
+    taken over guidellm's own measured window (its JSON `start_time`..`end_time`) and excludes its
+    start-up (imports, dataset loading); the whole-process figure is given too. The prompts come
+    from a JSONL file (16 words, `output_tokens_count`), so no Hugging Face tokenizer is needed."""
+    if not url.startswith("http://127.0.0.1:"):
+        raise ValueError(f"guidellm peer only runs against 127.0.0.1, not {url}")
+    tmp = tempfile.mkdtemp(prefix="selfbench-guidellm-")
+    data_path, out = os.path.join(tmp, "data.jsonl"), os.path.join(tmp, "benchmarks.json")
+    max_requests = streams * 16
+    words = " ".join(["hello"] * 15)
+    with open(data_path, "w") as f:
+        for i in range(max_requests):
+            f.write(json.dumps({"prompt": f"{words} {i}", "prompt_tokens_count": 16,
+                                "output_tokens_count": args.output_len}) + "\n")
+    cmd = ["taskset", "-c", str(cpu), path, "run",
+           "--backend", f"kind=openai_http,target={url},model=scripted-model,validate_backend=false,"
+                        f"max_tokens={args.output_len}",
+           "--profile", f"kind=concurrent,streams={streams}",
+           "--constraint", f"kind=max_duration,seconds={args.duration:g}",
+           "--constraint", f"kind=max_requests,count={max_requests}",
+           "--data", f"kind=json_file,path={data_path}",
+           "--output", f"kind=json,path={out}", "--disable-console"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    before = _server_truth(url)
+    with open(os.path.join(tmp, "guidellm.log"), "w+") as log:
+        return _drive_guidellm(cmd, tmp, env, log, url, out, before, args)
+
+
+def _drive_guidellm(cmd, tmp, env, log, url, out, before, args) -> dict:
+    seen: dict[int, float] = {}
+    t_start, cpu_start = time.time(), _children_cpu()
+    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    samples: list[tuple[float, float, float]] = []
+    deadline = t_start + args.duration + 300
+    while proc.poll() is None:
+        if time.time() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return {"error": f"guidellm did not stop within {args.duration + 300:.0f} s; killed"}
+        samples.append((time.time(), _tree_cpu(proc.pid, seen),
+                        httpx.get(url + "/stats").json()["num_tokens_sent"]))
+        time.sleep(0.25)
+    wall = time.time() - t_start
+    total_cpu = _children_cpu() - cpu_start  # the whole tree, reaped: includes start-up
+    after = _server_truth(url)
+    log.seek(0)
+    if proc.returncode != 0 or not os.path.exists(out):
+        return {"error": f"exit {proc.returncode}: " + log.read()[-400:].replace("\n", " | ")}
+    with open(out) as f:
+        bench = json.load(f)["benchmarks"][0]
+    m, t0, t1 = bench["metrics"], bench["start_time"], bench["end_time"]
+    win_cpu = _at(samples, t1, 1) - _at(samples, t0, 1)
+    win_events = _at(samples, t1, 2) - _at(samples, t0, 2)
+    sent = after["tokens"] - before["tokens"]
+    ttfts = sorted(after["ttft_ms"][len(before["ttft_ms"]):])
+    gaps = after["gaps"] - before["gaps"]
+    ttft, itl, totals = m["time_to_first_token_ms"]["successful"], m["inter_token_latency_ms"]["successful"], m["request_totals"]
+    return {"cpu_us_per_event": win_cpu * 1e6 / max(win_events, 1), "events_per_s": win_events / max(t1 - t0, 1e-9),
+            "median_ttft_ms": ttft["median"], "mean_itl_ms": itl["mean"],
+            "true_median_ttft_ms": ttfts[len(ttfts) // 2] if ttfts else None,
+            "true_mean_gap_ms": (after["gap_sum_ms"] - before["gap_sum_ms"]) / gaps if gaps else None,
+            "requests": totals["total"], "successful": totals["successful"], "failed": totals["errored"],
+            "incomplete": totals["incomplete"], "window_s": t1 - t0,
+            "reported_output_tok_per_s": m["output_tokens_per_second"]["successful"]["mean"],
+            "process_cpu_s": total_cpu, "process_wall_s": wall,
+            "process_cpu_us_per_event": total_cpu * 1e6 / max(sent, 1), "events_total": sent}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run every scenario and print one line per client and scenario."""
+    p = argparse.ArgumentParser(prog="python -m loadgen.selfbench")
+    p.add_argument("--duration", type=float, default=8.0)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--transport", default="lean")
+    p.add_argument("--guidellm", default=None, help="path to a guidellm executable (peer)")
+    p.add_argument("--client-cpu", type=int, default=0)
+    p.add_argument("--server-cpu", type=int, default=1)
+    args = p.parse_args(argv)
+    for mode, streams in SCENARIOS:
+        proc, url = _server(mode, args.server_cpu)
+        try:
+            time.sleep(0.3)
+            row = run_loadgen(url, streams, args, args.client_cpu)
+            truth = httpx.get(url + "/stats").json()
+            ttfts = sorted(truth["ttft_ms"])
+            row["true_median_ttft_ms"] = ttfts[len(ttfts) // 2]
+            row["true_mean_gap_ms"] = truth["mean_gap_ms"]
+            print(json.dumps({"client": f"loadgen/{args.transport}", "mode": mode, "streams": streams, **row}), flush=True)
+            if args.guidellm is None:
+                print(f"guidellm: skipped ({mode}, {streams}): no --guidellm path given", flush=True)
+            elif not os.path.exists(args.guidellm):
+                print(f"guidellm: skipped: {args.guidellm} does not exist", flush=True)
+            else:
+                peer = run_guidellm(args.guidellm, url, streams, args, args.client_cpu)
+                print(json.dumps({"client": "guidellm", "mode": mode, "streams": streams, **peer}), flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
