@@ -29,6 +29,8 @@ PROCESSES = {
 _READY_TIMEOUT_S = 180.0
 _STOP_TIMEOUT_S = 5.0
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+COMM_PREFIX = "ref-"  # /proc/PID/comm of each child: ref-scheduler, ref-detokenizer, ref-http
 
 
 class ChildDied(RuntimeError):
@@ -121,7 +123,8 @@ class Launcher:
 
 
 def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> None:
-    _die_with_parent()
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_NAME, ctypes.create_string_buffer((COMM_PREFIX + name).encode()[:15]))
     # NOTE: Ctrl-C reaches the whole process group; only the launcher acts on it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _setup_logging(args.log_level)
@@ -139,11 +142,11 @@ def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> 
         sys.exit(1)
 
 
-def _die_with_parent() -> None:
+def _prctl(option: int, arg) -> None:
+    """Linux prctl(2); a no-op where libc has none."""
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg)
+    except (OSError, AttributeError):
         pass
 
 

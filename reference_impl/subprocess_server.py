@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import socket
@@ -10,6 +11,8 @@ import sys
 import time
 
 import httpx
+
+from reference_impl.launcher import COMM_PREFIX
 
 
 def free_port() -> int:
@@ -33,6 +36,20 @@ class ServerProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def child_pids(self) -> dict[str, int]:
+        """``{"scheduler": pid, "detokenizer": pid, "http": pid}``, read from /proc by name."""
+        pids = {}
+        for comm in glob.glob("/proc/[0-9]*/comm"):
+            pid = int(comm.split("/")[2])
+            try:
+                name = open(comm).read().strip()
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == self.proc.pid and name.startswith(COMM_PREFIX):
+                pids[name[len(COMM_PREFIX):]] = pid
+        return pids
 
     def wait_ready(self, timeout: float = 180.0) -> ServerProcess:
         """Block until ``/health`` answers; raise if the server exits or takes too long."""

@@ -44,7 +44,9 @@ def _alive(pid: int) -> bool:
 
 def _server_children(srv: ServerProcess) -> list[int]:
     kids = [k for k in _children(srv.proc.pid) if "multiprocessing" in _cmdline(k)]
-    return [k for k in kids if "resource_tracker" not in _cmdline(k)]
+    kids = [k for k in kids if "resource_tracker" not in _cmdline(k)]
+    assert sorted(srv.child_pids().values()) == sorted(kids)
+    return kids
 
 
 def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
@@ -67,8 +69,7 @@ def test_dead_child_ends_server_with_its_name(victim):
     srv = ServerProcess("--sim-profile", "zero").wait_ready()
     try:
         kids = _server_children(srv)
-        by_order = dict(zip(["scheduler", "detokenizer", "http"], sorted(kids), strict=True))
-        os.kill(by_order[victim], signal.SIGKILL)
+        os.kill(srv.child_pids()[victim], signal.SIGKILL)
         output, _ = srv.proc.communicate(timeout=30)
         assert srv.proc.returncode != 0
         assert f"the {victim} process" in output
