@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 
@@ -31,8 +33,12 @@ HOT_PATHS: tuple[HotPath, ...] = (
     HotPath("H6", "stream_delta", "concat", "offset", "sglang#22606 integer offsets"),
 )
 
-ENGINES = ("sim",)
+ENGINES = ("sim", "torch")
 SIM_TIMES = ("real", "virtual")
+DEVICES = ("auto", "cuda", "cpu")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+SIM_CONTEXT_LENGTH = 131072
+EMBEDDED_MODEL_CONTEXT_LENGTH = 8192
 
 
 @dataclass(frozen=True)
@@ -42,15 +48,21 @@ class ServerArgs:
     # HTTP
     host: str = "127.0.0.1"
     port: int = 30000
-    served_model_name: str = "reference-sim"
+    served_model_name: str | None = None
     log_level: str = "warning"
     # Model, tokenizer and engine
     engine: str = "sim"
     tokenizer_path: str | None = None
-    context_length: int = 131072
+    context_length: int | None = None
     sim_profile: str = "h100-llama-8b"
     sim_time: str = "real"
     sim_seed: int = 0
+    model_path: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    mem_fraction_static: float | None = None
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int = 256
     # Scheduler
     max_running_requests: int = 4096
     max_prefill_tokens: int = 16384
@@ -80,23 +92,47 @@ class ServerArgs:
 
     def __post_init__(self) -> None:
         _check_choice("engine", self.engine, ENGINES)
+        if self.model_path is not None and not (Path(self.model_path) / "config.json").is_file():
+            raise ValueError(f"model_path {self.model_path!r} holds no config.json")
+        if self.served_model_name is None:
+            object.__setattr__(self, "served_model_name", self._default_model_name())
+        if self.context_length is None:
+            object.__setattr__(self, "context_length", self._default_context_length())
         _check_choice("sim_time", self.sim_time, SIM_TIMES)
+        _check_choice("device", self.device, DEVICES)
+        _check_choice("dtype", self.dtype, DTYPES)
         for hp in HOT_PATHS:
             if hp.id != "H5":
                 _check_choice(hp.field, getattr(self, hp.field), (hp.legacy, hp.optimized))
         _check_positive("port", self.port, allow_zero=True)
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
-                     "stream_interval", "prefill_delayer_max_delay_passes"):
+                     "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs"):
             _check_positive(name, getattr(self, name))
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
         if self.max_total_tokens is not None:
             _check_positive("max_total_tokens", self.max_total_tokens)
+        fraction = self.mem_fraction_static
+        if fraction is not None and not (0 < fraction < 1):
+            raise ValueError(f"mem_fraction_static must be in (0, 1), got {fraction}")
         ratio = self.prefill_delayer_queue_min_ratio
         if ratio is not None and not (0 < ratio <= 1):
             raise ValueError(f"prefill_delayer_queue_min_ratio must be in (0, 1], got {ratio}")
         watermark = self.prefill_delayer_token_usage_low_watermark
         if watermark is not None and not (0 <= watermark <= 1):
             raise ValueError(f"prefill_delayer_token_usage_low_watermark must be in [0, 1], got {watermark}")
+
+    def _default_model_name(self) -> str:
+        if self.model_path is not None:
+            return Path(self.model_path).resolve().name
+        return f"reference-{self.engine}"
+
+    def _default_context_length(self) -> int:
+        if self.engine == "sim":
+            return SIM_CONTEXT_LENGTH
+        if self.model_path is None:
+            return EMBEDDED_MODEL_CONTEXT_LENGTH
+        config = json.loads((Path(self.model_path) / "config.json").read_text())
+        return int(config.get("max_position_embeddings", 4096))
 
     @property
     def effective_max_delay_ms(self) -> float:
@@ -135,17 +171,31 @@ def _check_positive(name: str, value: int, allow_zero: bool = False) -> None:
 _HELP = {
     "host": "Address to bind (loopback unless told otherwise).",
     "port": "HTTP port.",
-    "served_model_name": "Model name reported by /v1/models and accepted in requests.",
+    "served_model_name": "Model name reported by /v1/models and accepted in requests "
+                         "(default: the model directory's name, else reference-<engine>).",
     "log_level": "Logging level of every process.",
-    "engine": "Model engine: 'sim' (seeded tokens, step times from a latency model).",
+    "engine": "Model engine: 'sim' (seeded tokens, step times from a latency model) or 'torch' "
+              "(a Llama-family model in torch; the embedded default without --model-path).",
     "tokenizer_path": "Local tokenizer.json or directory holding one; default: embedded byte-level tokenizer.",
-    "context_length": "Maximum prompt + output tokens per request.",
+    "context_length": "Maximum prompt + output tokens per request (default: 131072 for sim, the "
+                      "model's max_position_embeddings for torch).",
     "sim_profile": "Latency profile of the sim engine (see reference_impl.engine.sim.PROFILES).",
     "sim_time": "Sim engine clock: 'real' sleeps for each step, 'virtual' advances a virtual clock.",
     "sim_seed": "Seed of the sim engine's token streams.",
+    "model_path": "[torch] Local HF model directory (config.json + *.safetensors); default: an "
+                  "embedded small Llama with seeded random weights over the byte-level tokenizer.",
+    "device": "[torch] 'auto' (CUDA when available), 'cuda' or 'cpu'.",
+    "dtype": "[torch] Weights and KV cache dtype; 'auto': bfloat16 on CUDA, float32 on the CPU.",
+    "mem_fraction_static": "[torch] Fraction of device memory (GPU; host RAM on the CPU) for weights "
+                           "plus KV cache, sizing the KV pool when --max-total-tokens is unset "
+                           "(default 0.6 on CUDA; 131072 tokens on the CPU).",
+    "disable_cuda_graph": "[torch] Run decode eagerly instead of replaying CUDA graphs.",
+    "cuda_graph_max_bs": "[torch] Largest decode batch replayed from a CUDA graph (graphs for "
+                         "1, 2, 4, 8, then every 16 up to it).",
     "max_running_requests": "Maximum requests in the running batch.",
     "max_prefill_tokens": "Maximum prompt tokens admitted in one prefill step.",
-    "max_total_tokens": "KV-cache budget in tokens (default: what the engine reports).",
+    "max_total_tokens": "KV-cache budget in tokens (default: what the engine reports); the torch "
+                        "engine's KV pool size.",
     "max_n": "Largest accepted 'n' (choices per request).",
     "stream_interval": "Send streaming outputs every N decode steps.",
     "wakeup": "[H1, sglang#22658] 'immediate' sets every waiting stream's event at once (legacy); "
@@ -188,6 +238,10 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             kwargs["choices"] = ENGINES
         elif f.name == "sim_time":
             kwargs["choices"] = SIM_TIMES
+        elif f.name == "device":
+            kwargs["choices"] = DEVICES
+        elif f.name == "dtype":
+            kwargs["choices"] = DTYPES
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--all-legacy", action="store_true",
                         help="Select the legacy form of every hot path (H1-H6) at once.")

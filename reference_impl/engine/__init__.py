@@ -1,4 +1,5 @@
-"""Model engines behind one interface: ``sim`` (seeded tokens, latency model)."""
+"""Model engines behind one interface: ``sim`` (seeded tokens, latency model) and ``torch``
+(a Llama-family model in torch, imported only when chosen)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from reference_impl.engine.base import (
 
 def make_engine(args: ServerArgs, tokenizer, storage, clock: Clock) -> Engine:
     """The engine named by ``args.engine``."""
+    if args.engine == "torch":
+        from reference_impl.engine.torch_engine import TorchEngine
+
+        return TorchEngine(args, tokenizer, storage)
     from reference_impl.engine.sim import SimEngine
 
     return SimEngine(tokenizer, storage, clock, profile=args.sim_profile, seed=args.sim_seed,

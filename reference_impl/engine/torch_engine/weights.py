@@ -1,0 +1,76 @@
+"""Model weights: load a local HF checkpoint (``config.json`` + ``*.safetensors``) or make
+the embedded default's deterministic seeded random weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from reference_impl.engine.torch_engine.model import LlamaForCausalLM, rope_inv_freq
+from reference_impl.engine.torch_engine.model_config import ModelConfig, embedded_config
+
+EMBEDDED_SEED = 0
+_INIT_STD = 0.02
+
+
+def load_model(model_path: str | Path | None, device: torch.device,
+               dtype: torch.dtype) -> LlamaForCausalLM:
+    """The model at ``model_path`` (None: the embedded default), on ``device`` in ``dtype``."""
+    config = embedded_config() if model_path is None else ModelConfig.from_pretrained(model_path)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model.to_empty(device=device).to(dtype)
+    # NOTE: the rotary buffer is not a weight and stays float32 whatever the model's dtype.
+    model.model.rotary_emb.inv_freq = rope_inv_freq(config).to(device)
+    if model_path is None:
+        init_random_weights(model, EMBEDDED_SEED)
+    else:
+        load_safetensors(model, Path(model_path))
+    return model.eval()
+
+
+def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:
+    """Seeded weights, identical on every device: drawn on the CPU, then copied."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                values = 1.0 + 0.1 * torch.randn(param.shape, generator=gen)
+            else:
+                values = _INIT_STD * torch.randn(param.shape, generator=gen)
+            param.copy_(values)
+
+
+def load_safetensors(model: LlamaForCausalLM, model_dir: Path) -> None:
+    """Copy every tensor of ``model_dir/*.safetensors`` into the parameter of the same name."""
+    params = dict(model.named_parameters())
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+    loaded: set[str] = set()
+    with torch.no_grad():
+        for file in files:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    if name not in params:
+                        if model.lm_head is None and name == "lm_head.weight":
+                            continue  # tied: the embedding is the output layer
+                        raise KeyError(f"{file.name}: unexpected tensor {name!r}")
+                    params[name].copy_(f.get_tensor(name))
+                    loaded.add(name)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise KeyError(f"{model_dir}: tensors missing from the checkpoint: {missing[:5]}")
+
+
+def save_safetensors(model: LlamaForCausalLM, model_dir: str | Path) -> None:
+    """Write ``model`` as a HF-format checkpoint: ``config.json`` + ``model.safetensors``."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=1))
+    tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters()}
+    save_file(tensors, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
