@@ -1,0 +1,149 @@
+"""The named scenarios: which server forms to start and what load to drive, at a given scale."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+SMALLEST_SCALE = 0.01
+ALL_LEGACY = ("--all-legacy",)
+QUEUE_TRIGGER = ("--enable-prefill-delayer", "--prefill-delayer-queue-min-ratio", "0.5")
+
+
+@dataclass(frozen=True)
+class Load:
+    """One loadgen run: closed loop at ``concurrency``, random lengths, ``ignore_eos``."""
+
+    concurrency: int
+    num_prompts: int
+    input_len: int
+    output_len: int
+    range_ratio: float = 1.0
+
+    def __post_init__(self):
+        for name in ("concurrency", "num_prompts", "input_len", "output_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.range_ratio <= 1.0:
+            raise ValueError(f"range_ratio must be in (0, 1], got {self.range_ratio}")
+
+    def loadgen_args(self) -> list[str]:
+        """The loadgen flags for this load."""
+        return ["--concurrency", str(self.concurrency), "--num-prompts", str(self.num_prompts),
+                "--random-input-len", str(self.input_len), "--random-output-len", str(self.output_len),
+                "--random-range-ratio", str(self.range_ratio), "--ignore-eos"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One server form under one load; ``name`` is unique within a scenario and names its files."""
+
+    name: str
+    flags: tuple[str, ...]
+    load: Load
+    params: dict = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named set of runs; ``build(scale)`` gives the runs, the first one is the baseline."""
+
+    name: str
+    title: str
+    hot_paths: tuple[str, ...]
+    description: str
+    build: Callable[[float], tuple[Run, ...]]
+    plots: tuple[str, ...] = ("throughput", "itl")
+
+    def runs(self, scale: float) -> tuple[Run, ...]:
+        """The runs at ``scale`` (1.0: the default sizes)."""
+        if not SMALLEST_SCALE <= scale <= 1.0:
+            raise ValueError(f"scale must be in [{SMALLEST_SCALE}, 1.0], got {scale}")
+        return self.build(scale)
+
+
+def scaled(value: int, scale: float, floor: int) -> int:
+    """``value`` shrunk by ``scale``, never below ``floor``."""
+    return max(floor, round(value * scale))
+
+
+def _forms(load: Load, common: tuple[str, ...], forms: dict[str, tuple[str, ...]]) -> tuple[Run, ...]:
+    return tuple(Run(name, (*common, *flags), load) for name, flags in forms.items())
+
+
+def _storm(scale: float) -> tuple[Run, ...]:
+    streams = scaled(2048, scale, 8)
+    load = Load(streams, streams, scaled(128, scale, 16), scaled(128, scale, 32))
+    return _forms(load, (), {"all-legacy": ALL_LEGACY, "all-optimized": (),
+                             "H1-legacy-only": ("--wakeup", "immediate"),
+                             "H2-legacy-only": ("--sse-encoder", "pydantic")})
+
+
+def _long_output(scale: float) -> tuple[Run, ...]:
+    streams, input_len = scaled(16, scale, 4), scaled(128, scale, 16)
+    output_len = scaled(16384, scale, 512)
+    common = ("--sim-profile", "zero")
+    runs = _forms(Load(streams, streams, input_len, output_len), common, {
+        "all-legacy": ALL_LEGACY, "all-optimized": (),
+        "H3-legacy-only": ("--stream-output", "copy"), "H6-legacy-only": ("--stream-delta", "concat"),
+        "optimized-incremental": ("--incremental-streaming-output",)})
+    sweep = tuple(Run(f"{form}-L{length}", (*common, *flags), Load(streams, streams, input_len, length),
+                      {"form": form, "sweep": True})
+                  for form, flags in (("all-legacy", ALL_LEGACY), ("all-optimized", ()))
+                  for length in (output_len // 8, output_len // 4, output_len // 2))
+    return runs + sweep
+
+
+def _long_prompt(scale: float) -> tuple[Run, ...]:
+    # NOTE: loadgen's random text comes to ~4.52 tokens of the embedded byte-level tokenizer per
+    # loadgen token, so 22,100 loadgen tokens make prompts of ~100K server tokens.
+    load = Load(2, scaled(4, scale, 2), scaled(22_100, scale, 450), scaled(1024, scale, 128))
+    return _forms(load, (), {"all-legacy": ALL_LEGACY, "all-optimized": ()})
+
+
+def _osl_variance(scale: float) -> tuple[Run, ...]:
+    runs = []
+    for concurrency, floor in ((16, 2), (64, 4), (128, 8)):
+        streams = scaled(concurrency, scale, floor)
+        for ratio in (1.0, 0.8):
+            length = scaled(1000, scale, 64)
+            load = Load(streams, 2 * streams, length, length, ratio)
+            for delayer, flags in (("delayer-off", ()), ("queue-trigger", QUEUE_TRIGGER)):
+                params = {"concurrency": streams, "range_ratio": ratio, "delayer": delayer}
+                runs.append(Run(f"c{streams}-r{ratio}-{delayer}", flags, load, params))
+    return tuple(runs)
+
+
+def _torch(scale: float) -> tuple[Run, ...]:
+    load = Load(scaled(8, scale, 2), scaled(32, scale, 4), scaled(128, scale, 16), scaled(64, scale, 64))
+    return _forms(load, ("--engine", "torch", "--device", "auto"),
+                  {"all-legacy": ALL_LEGACY, "all-optimized": ()})
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("storm", "2048-stream streaming-chat storm", ("H1", "H2", "H6"),
+             "Every stream starts at once (concurrency = prompts), 128 input / 128 output tokens, "
+             "ignore_eos, sim engine h100-llama-8b. H1 (wake-ups) and H2 (SSE encoding) toggled "
+             "alone; all-legacy also carries H3 copy and H6 concat.", _storm),
+    Scenario("long-output", "16K-token outputs, default non-incremental streaming", ("H3", "H6"),
+             "Few streams with 16,384 output tokens each, default (non-incremental) streaming, sim "
+             "engine with the zero profile so the CPU pipeline sets the pace (as a small model on a "
+             "fast GPU does upstream). H3 (per-step copy) and H6 (string deltas) toggled alone; "
+             "optimized-incremental is the deltas-only mode for reference. all-legacy and "
+             "all-optimized also run at 1/8, 1/4 and 1/2 of the output length for the "
+             "cost-vs-length plot.", _long_output,
+             ("throughput", "itl", "growth")),
+    Scenario("long-prompt", "100K-token prompts", ("H4",),
+             "Four requests, two at a time, with ~100,000-token prompts (server count: loadgen's "
+             "random text of 22,100 tokens) and 1,024 output tokens, sim engine "
+             "h100-llama-8b; the scheduler process holds the token ids (list vs array('q')).",
+             _long_prompt, ("throughput", "itl", "cpu")),
+    Scenario("osl-variance", "output-length variance and the prefill delayer", ("H5",),
+             "Input = output = 1000 tokens with range ratio 1.0 or 0.8, prefill delayer off or on "
+             "with the queue trigger (--prefill-delayer-queue-min-ratio 0.5), concurrency 16 / 64 / "
+             "128 with twice as many prompts, sim engine h100-llama-8b.", _osl_variance,
+             ("osl",)),
+    Scenario("torch", "torch engine", ("H1", "H2", "H3", "H4", "H6"),
+             "The torch engine (embedded small Llama, seeded weights) on whatever device is "
+             "present (--device auto), all-legacy vs all-optimized.", _torch),
+)}

@@ -1,0 +1,102 @@
+"""End to end: every scenario at the smallest scale through the CLI, and the failure paths."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+from reports.profiler import read_stacks
+from reports.runner import PROCESSES
+from tests.reports.conftest import run_cli
+
+
+def test_report_has_its_files(report: Path):
+    summary = json.loads((report / "summary.json").read_text())
+    assert (report / "index.html").stat().st_size > 0
+    assert (report / "README.md").read_text().startswith(f"# {summary['scenario']}")
+    for run in summary["runs"]:
+        result = json.loads((report / "results" / f"{run['name']}.json").read_text())
+        assert result["completed"] == run["load"]["num_prompts"] and result["failed"] == 0
+        assert (report / "raw" / f"{run['name']}.server.log").exists()
+        if run["sweep"]:
+            continue
+        for process in PROCESSES:
+            assert (report / "flamegraphs" / f"{run['name']}.{process}.svg").read_text().startswith("<svg")
+            with gzip.open(report / "profiles" / f"{run['name']}.{process}.speedscope.json.gz") as f:
+                profile = json.load(f)
+            assert profile["profiles"][0]["type"] == "sampled"
+    assert not list(report.parent.glob(f".{report.name}.*")), "temporary directories left behind"
+
+
+def test_every_server_process_has_a_non_empty_profile(report: Path):
+    """Per scenario, every process has samples; per run, the busiest (HTTP) process has.
+
+    At the smallest scale a run's scheduler or detokenizer may work for only ~10 ms, which a
+    sampler with idle frames off can miss in one run but not across a scenario's runs.
+    """
+    summary = json.loads((report / "summary.json").read_text())
+    samples = dict.fromkeys(PROCESSES, 0)
+    for run in summary["runs"]:
+        for process in PROCESSES:
+            stacks = read_stacks(report / "raw" / f"{run['name']}.{process}.txt.gz")
+            assert all(stack for stack in stacks), "empty stack parsed"
+            samples[process] += sum(stacks.values())
+        http = read_stacks(report / "raw" / f"{run['name']}.http.txt.gz")
+        assert sum(http.values()) > 0, f"{run['name']}: no samples in the HTTP process"
+        assert any("reference_impl/" in frame for stack in http for frame in stack)
+    assert all(samples.values()), samples
+
+
+def test_report_records_the_scheduler_counters(report: Path):
+    summary = json.loads((report / "summary.json").read_text())
+    for run in summary["runs"]:
+        assert run["metrics"]["num_prefill_steps"] >= 1
+        assert run["metrics"]["num_decode_steps"] >= 1
+    if summary["scenario"] == "osl-variance":
+        delayed = [r for r in summary["runs"] if r["params"]["delayer"] == "queue-trigger"]
+        assert all(any(k.startswith("prefill_delayer_outcomes") for k in r["metrics"]) for r in delayed)
+    if summary["scenario"] == "long-output":
+        assert set(summary["cost_by_length"]) == {"all-legacy", "all-optimized"}
+
+
+def _assert_nothing_written(out: Path, proc) -> None:
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert not out.exists()
+    assert not [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+def test_py_spy_flag_pointing_nowhere_is_a_clear_error(tmp_path):
+    out = tmp_path / "storm"
+    proc = run_cli("run", "storm", "--scale", "0.01", "--out-dir", str(out),
+                   "--py-spy", str(tmp_path / "missing" / "py-spy"))
+    _assert_nothing_written(out, proc)
+    assert "py-spy not found" in proc.stderr and "pip install py-spy" in proc.stderr
+
+
+def test_py_spy_missing_from_path_is_a_clear_error(tmp_path):
+    out = tmp_path / "storm"
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent.parent / "no-bin"))
+    proc = run_cli("run", "storm", "--scale", "0.01", "--out-dir", str(out), env=env)
+    _assert_nothing_written(out, proc)
+    assert "py-spy not found on PATH" in proc.stderr
+
+
+def test_failing_server_is_a_clear_error_and_leaves_no_report(tmp_path):
+    out = tmp_path / "storm"
+    proc = run_cli("run", "storm", "--scale", "0.01", "--out-dir", str(out),
+                   "--server-flag=--max-running-requests=0")
+    _assert_nothing_written(out, proc)
+    assert "server for 'all-legacy'" in proc.stderr and "failed" in proc.stderr
+
+
+def test_failing_run_keeps_an_existing_report(tmp_path):
+    out = tmp_path / "storm"
+    out.mkdir()
+    (out / "index.html").write_text("previous report")
+    proc = run_cli("run", "storm", "--scale", "0.01", "--out-dir", str(out),
+                   "--server-flag=--max-running-requests=0")
+    assert proc.returncode == 1
+    assert (out / "index.html").read_text() == "previous report"
