@@ -139,11 +139,6 @@ class ServerArgs:
         """Wall-clock cap on a queue-triggered delay (upstream default 5 s)."""
         return 5000.0 if self.prefill_delayer_max_delay_ms is None else self.prefill_delayer_max_delay_ms
 
-    @property
-    def effective_batch_notify_size(self) -> int:
-        """A size of 0 or 1 means: set and yield after every request."""
-        return max(1, self.batch_notify_size)
-
     def hot_path_forms(self) -> dict[str, str]:
         """``{"H1": "optimized", ...}``: which form each hot path runs in."""
         forms = {}
