@@ -22,12 +22,19 @@ class HotPath(NamedTuple):
     legacy: Any
     optimized: Any
     upstream: str
+    variants: tuple = ()
+    """Further accepted values (e.g. upstream's exact form where the optimized one goes past it)."""
+
+    @property
+    def choices(self) -> tuple:
+        return (self.legacy, self.optimized, *self.variants)
 
 
 HOT_PATHS: tuple[HotPath, ...] = (
     HotPath("H1", "wakeup", "immediate", "batched", "sglang#22658 batch notify"),
     HotPath("H2", "sse_encoder", "pydantic", "msgspec", "sglang#22658 SSE fast path"),
-    HotPath("H3", "stream_output", "copy", "reference", "sglang#22567 no O(n^2) copy"),
+    HotPath("H3", "stream_output", "copy", "reference", "sglang#22567 no O(n^2) copy",
+            variants=("reference-full",)),
     HotPath("H4", "token_storage", "list", "array", "sglang#25098 array('q') token ids"),
     HotPath("H5", "prefill_delayer_queue_min_ratio", None, "(set)", "sglang#23189 queue trigger"),
     HotPath("H6", "stream_delta", "concat", "offset", "sglang#22606 integer offsets"),
@@ -103,7 +110,7 @@ class ServerArgs:
         _check_choice("dtype", self.dtype, DTYPES)
         for hp in HOT_PATHS:
             if hp.id != "H5":
-                _check_choice(hp.field, getattr(self, hp.field), (hp.legacy, hp.optimized))
+                _check_choice(hp.field, getattr(self, hp.field), hp.choices)
         _check_positive("port", self.port, allow_zero=True)
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs"):
@@ -140,12 +147,12 @@ class ServerArgs:
         return 5000.0 if self.prefill_delayer_max_delay_ms is None else self.prefill_delayer_max_delay_ms
 
     def hot_path_forms(self) -> dict[str, str]:
-        """``{"H1": "optimized", ...}``: which form each hot path runs in."""
+        """``{"H1": "optimized", ...}``: which form each hot path runs in (a variant by its value)."""
         forms = {}
         for hp in HOT_PATHS:
             value = getattr(self, hp.field)
             is_legacy = value is None if hp.id == "H5" else value == hp.legacy
-            forms[hp.id] = "legacy" if is_legacy else "optimized"
+            forms[hp.id] = "legacy" if is_legacy else value if value in hp.variants else "optimized"
         return forms
 
     def all_legacy(self) -> ServerArgs:
@@ -198,7 +205,9 @@ _HELP = {
     "batch_notify_size": "[H1] Requests per wake-up group in the batched form (0 or 1: every request).",
     "sse_encoder": "[H2, sglang#22658] SSE chat chunks via 'pydantic' models (legacy) or 'msgspec' Structs.",
     "stream_output": "[H3, sglang#22567] Non-incremental streaming: 'copy' queues a copy of all ids and "
-                     "text per step (legacy); 'reference' queues a reference and builds text once.",
+                     "text per step (legacy); 'reference-full' queues a reference and builds the "
+                     "whole text once per wake-up (upstream exactly); 'reference' (default, past "
+                     "upstream) hands the consumer only the text added since its last wake-up.",
     "incremental_streaming_output": "Queue only new ids/text per output instead of the cumulative ones.",
     "token_storage": "[H4, sglang#25098] Request token ids as 'list' (legacy) or array('q').",
     "enable_prefill_delayer": "[H5] Consult the prefill delayer before each prefill.",
@@ -228,7 +237,7 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
         kwargs: dict[str, Any] = {"default": f.default, "help": _HELP.get(f.name), "type": _parse_type(f.type)}
         hp = next((h for h in HOT_PATHS if h.field == f.name and h.id != "H5"), None)
         if hp is not None:
-            kwargs["choices"] = (hp.legacy, hp.optimized)
+            kwargs["choices"] = hp.choices
         elif f.name == "engine":
             kwargs["choices"] = ENGINES
         elif f.name == "sim_time":

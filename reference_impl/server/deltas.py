@@ -8,6 +8,10 @@ the tracker returns the part not streamed yet:
   ``buffer = buffer + delta`` (O(n) per chunk, O(n^2) per response);
 - optimized (``offset``) keeps an integer: ``delta = text[offset:]``, ``offset = len(text)``.
 
+An output may hold only the end of the cumulative text, from character ``start`` on (H3's
+optimized form hands over only what is new): the trackers index relative to ``start``, so the
+offset form then costs O(new text) per chunk.
+
 With incremental streaming output each output already is the delta and is returned as is.
 
 Echo is not the tracker's business: the serving layer prepends the prompt to the first chunk's
@@ -35,8 +39,11 @@ class DeltaTracker(ABC):
         """Whether choice ``index`` has not produced a delta yet."""
 
     @abstractmethod
-    def delta(self, index: int, text: str) -> str:
-        """The new text of choice ``index`` given its output ``text``; records the progress."""
+    def delta(self, index: int, text: str, start: int = 0) -> str:
+        """The new text of choice ``index`` given its output ``text``; records the progress.
+
+        ``text`` is the choice's cumulative text from character ``start`` on.
+        """
 
 
 class ConcatDeltaTracker(DeltaTracker):
@@ -51,9 +58,9 @@ class ConcatDeltaTracker(DeltaTracker):
         # NOTE: membership, not truthiness: the first text of a choice may be empty.
         return index not in self._buffers
 
-    def delta(self, index: int, text: str) -> str:
+    def delta(self, index: int, text: str, start: int = 0) -> str:
         buffer = self._buffers.get(index, "")
-        delta = text[len(buffer):]
+        delta = text[_relative(len(buffer), start):]
         self._buffers[index] = buffer + delta
         return delta
 
@@ -70,16 +77,16 @@ class OffsetDeltaTracker(DeltaTracker):
         # NOTE: membership, not truthiness: an offset of 0 is falsy.
         return index not in self._offsets
 
-    def delta(self, index: int, text: str) -> str:
-        delta = text[self._offsets.get(index, 0):]
-        self._offsets[index] = len(text)
+    def delta(self, index: int, text: str, start: int = 0) -> str:
+        delta = text[_relative(self._offsets.get(index, 0), start):]
+        self._offsets[index] = start + len(text)
         return delta
 
 
 class IncrementalConcatDeltaTracker(ConcatDeltaTracker):
     """Legacy in incremental mode: the text is the delta, yet the buffer still grows, as upstream."""
 
-    def delta(self, index: int, text: str) -> str:
+    def delta(self, index: int, text: str, start: int = 0) -> str:
         self._buffers[index] = self._buffers.get(index, "") + text
         return text
 
@@ -87,9 +94,16 @@ class IncrementalConcatDeltaTracker(ConcatDeltaTracker):
 class IncrementalOffsetDeltaTracker(OffsetDeltaTracker):
     """Optimized in incremental mode: the text is the delta; only the choice is recorded."""
 
-    def delta(self, index: int, text: str) -> str:
+    def delta(self, index: int, text: str, start: int = 0) -> str:
         self._offsets[index] = len(text)
         return text
+
+
+def _relative(streamed: int, start: int) -> int:
+    """Where the unstreamed part begins inside a text that starts at character ``start``."""
+    if start > streamed:
+        raise ValueError(f"output starts at character {start}, past the {streamed} streamed")
+    return streamed - start
 
 
 _TRACKERS: dict[tuple[str, bool], type[DeltaTracker]] = {

@@ -48,7 +48,7 @@ class ServingChat(ServingBase):
             usage = usage_dict(out.prompt_tokens, out.completion_tokens) if continuous else None
             if tracker.is_first(index):
                 yield encode(**head, index=index, role="assistant", content="", usage=usage)
-            delta = tracker.delta(index, out.text)
+            delta = tracker.delta(index, out.text, out.text_start)
             if delta:
                 yield encode(**head, index=index, content=delta, usage=usage)
             if out.finish_reason is not None:

@@ -54,7 +54,7 @@ class ServingCompletions(ServingBase):
             usage = UsageInfo.of(out.prompt_tokens, out.completion_tokens) if continuous else None
             first = tracker.is_first(index)
             # NOTE: the tracker sees generated text only; the echo never moves its offset.
-            delta = tracker.delta(index, out.text)
+            delta = tracker.delta(index, out.text, out.text_start)
             if first:
                 delta = echoes[index // request.n] + delta
             if delta:

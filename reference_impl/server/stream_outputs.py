@@ -1,10 +1,17 @@
-"""H3: what the tokenizer manager queues for a waiting stream at each step, in three forms.
+"""H3: what the tokenizer manager queues for a waiting stream at each step, in four forms.
 
-- ``CopyOutputs`` (legacy, non-incremental): a copy of all output ids so far and the whole
-  text joined again, every step: O(n) per step, O(n²) per request.
-- ``ReferenceOutputs`` (optimized, non-incremental): intermediate outputs hold a reference to
-  the live id list and ``text=None``; the consumer builds the text once, after draining.
+- ``CopyOutputs`` (legacy, ``copy``): a copy of all output ids so far and the whole text so
+  far, every step: O(n) per step, O(n²) per request.
+- ``FullTextOutputs`` (``reference-full``, upstream sglang#22567 exactly): intermediate outputs
+  hold a reference to the live id list and ``text=None``; the consumer, after draining, fills in
+  the whole text so far once per wake-up (still an O(n) string per wake-up).
+- ``TailOutputs`` (optimized default, ``reference``; one step past upstream): as above, but the
+  consumer gets only the text added since its previous wake-up, with ``text_start`` saying where
+  it begins in the whole text. The H6 offset tracker needs nothing more, so a request is O(n).
 - ``IncrementalOutputs`` (``--incremental-streaming-output``): only the new ids and text.
+
+Every form keeps the request's text as upstream does since sglang#22548: the text built so far
+plus the chunks that arrived since, appended once; never a re-join of every chunk per wake-up.
 """
 
 from __future__ import annotations
@@ -13,13 +20,19 @@ from reference_impl.messages import FinishReason
 
 
 class ReqOutput:
-    """One queued output of one request."""
+    """One queued output of one request.
 
-    __slots__ = ("text", "output_ids", "finish_reason", "prompt_tokens", "completion_tokens")
+    ``text`` is the request's text from character ``text_start`` on (0: the whole text so far;
+    in incremental mode: the new text).
+    """
+
+    __slots__ = ("text", "text_start", "output_ids", "finish_reason", "prompt_tokens",
+                 "completion_tokens")
 
     def __init__(self, text: str | None, output_ids: list[int], finish_reason: FinishReason | None,
-                 prompt_tokens: int, completion_tokens: int):
+                 prompt_tokens: int, completion_tokens: int, text_start: int = 0):
         self.text = text
+        self.text_start = text_start
         self.output_ids = output_ids
         self.finish_reason = finish_reason
         self.prompt_tokens = prompt_tokens
@@ -30,7 +43,8 @@ class ReqState:
     """The tokenizer manager's state of one request (one choice)."""
 
     __slots__ = ("rid", "index", "out_list", "event", "finished", "text_chunks", "_text",
-                 "_text_num_chunks", "output_ids", "created", "first_token_time", "last_time")
+                 "_num_joined", "num_taken_chunks", "num_taken_chars", "output_ids", "created",
+                 "first_token_time", "last_time")
 
     def __init__(self, rid: str, index: int, event, created: float):
         self.rid = rid
@@ -40,34 +54,44 @@ class ReqState:
         self.finished = False
         self.text_chunks: list[str] = []
         self._text = ""
-        self._text_num_chunks = 0
+        self._num_joined = 0
+        self.num_taken_chunks = 0
+        self.num_taken_chars = 0
         self.output_ids: list[int] = []
         self.created = created
         self.first_token_time = 0.0
         self.last_time = 0.0
 
     def get_text(self) -> str:
-        """The whole text so far, joined lazily and cached until new chunks arrive."""
-        if self._text_num_chunks != len(self.text_chunks):
-            self._text = "".join(self.text_chunks)
-            self._text_num_chunks = len(self.text_chunks)
+        """The whole text so far: the text built before plus only the chunks that came since."""
+        if self._num_joined != len(self.text_chunks):
+            self._text += "".join(self.text_chunks[self._num_joined:])
+            self._num_joined = len(self.text_chunks)
         return self._text
+
+    def take_tail(self) -> tuple[str, int]:
+        """The text added since the previous ``take_tail`` and where it starts in the whole text."""
+        start = self.num_taken_chars
+        tail = "".join(self.text_chunks[self.num_taken_chunks:])
+        self.num_taken_chunks = len(self.text_chunks)
+        self.num_taken_chars = start + len(tail)
+        return tail, start
 
 
 class CopyOutputs:
-    """Legacy: copy ids and join the text at every step; the consumer keeps the newest."""
+    """Legacy: copy the ids and the whole text at every step; the consumer keeps the newest."""
 
     def build(self, state: ReqState, text: str, ids: list[int], finish: FinishReason | None,
               prompt_tokens: int, completion_tokens: int) -> ReqOutput:
-        return ReqOutput("".join(state.text_chunks), state.output_ids.copy(), finish,
+        return ReqOutput(state.get_text(), state.output_ids.copy(), finish,
                          prompt_tokens, completion_tokens)
 
     def take(self, state: ReqState, outs: list[ReqOutput]) -> ReqOutput:
         return outs[-1]
 
 
-class ReferenceOutputs:
-    """Optimized: no per-step copy; the text is built once per consumer wake-up."""
+class FullTextOutputs:
+    """Upstream #22567: no per-step copy; the whole text is built once per consumer wake-up."""
 
     def build(self, state: ReqState, text: str, ids: list[int], finish: FinishReason | None,
               prompt_tokens: int, completion_tokens: int) -> ReqOutput:
@@ -81,6 +105,16 @@ class ReferenceOutputs:
         out = outs[-1]
         if out.text is None:
             out.text = state.get_text()
+        return out
+
+
+class TailOutputs(FullTextOutputs):
+    """Optimized: as upstream, but the consumer gets only the text added since its last wake-up."""
+
+    def take(self, state: ReqState, outs: list[ReqOutput]) -> ReqOutput:
+        out = outs[-1]
+        if out.text is None:
+            out.text, out.text_start = state.take_tail()
         return out
 
 
@@ -100,8 +134,12 @@ class IncrementalOutputs:
                          last.prompt_tokens, last.completion_tokens)
 
 
+STREAM_OUTPUT_FORMS = {"copy": CopyOutputs, "reference": TailOutputs,
+                       "reference-full": FullTextOutputs}
+
+
 def make_stream_outputs(form: str, incremental: bool):
     """The output builder for ``--stream-output`` and ``--incremental-streaming-output``."""
     if incremental:
         return IncrementalOutputs()
-    return {"copy": CopyOutputs, "reference": ReferenceOutputs}[form]()
+    return STREAM_OUTPUT_FORMS[form]()

@@ -13,6 +13,7 @@ CONFIGS = {
     "legacy": ["--sim-profile", "zero", "--all-legacy"],
     "optimized-incremental": ["--sim-profile", "zero", "--incremental-streaming-output"],
     "legacy-incremental": ["--sim-profile", "zero", "--all-legacy", "--incremental-streaming-output"],
+    "upstream-h3": ["--sim-profile", "zero", "--stream-output", "reference-full"],
 }
 CHAT_CASES = [dict(n=n, stop=stop) for n in (1, 2) for stop in (False, True)]
 COMPLETION_CASES = [

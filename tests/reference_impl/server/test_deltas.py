@@ -83,6 +83,37 @@ def test_shorter_final_text_gives_empty_delta(form):
     assert tracker.delta(0, "Hello") == ""
 
 
+def tails(parts: list[str], wakeups: list[bool]) -> list[tuple[str, int]]:
+    """``(text, start)`` outputs as H3's tail form hands them over: what came since the last one."""
+    outputs, start, pending = [], 0, ""
+    for part, wake in zip(parts, wakeups, strict=False):
+        pending += part
+        if wake:
+            outputs.append((pending, start))
+            start, pending = start + len(pending), ""
+    return outputs
+
+
+@pytest.mark.parametrize("form", DELTA_FORMS)
+@given(parts=pieces, wakeups=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_tail_outputs_stream_the_same_deltas_as_cumulative_ones(form, parts, wakeups):
+    outputs = tails(parts, wakeups)
+    tracker = get_delta_tracker(form, incremental=False)()
+    deltas = [tracker.delta(0, text, start) for text, start in outputs]
+    assert deltas == [text for text, _ in outputs]
+    whole = "".join(parts)
+    final = tracker.delta(0, whole)  # the final output holds the whole text
+    assert "".join(deltas) + final == whole
+
+
+@pytest.mark.parametrize("form", DELTA_FORMS)
+def test_tail_past_the_streamed_text_is_refused(form):
+    tracker = get_delta_tracker(form, incremental=False)()
+    tracker.delta(0, "abc")
+    with pytest.raises(ValueError, match="starts at character 5"):
+        tracker.delta(0, "xyz", start=5)
+
+
 @given(parts=pieces, prompt=st.text(min_size=1, max_size=5))
 def test_echo_stays_outside_the_tracker(parts, prompt):
     """The serving layer prepends the echo; later deltas lose nothing (upstream review bug)."""

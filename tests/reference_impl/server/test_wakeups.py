@@ -45,7 +45,7 @@ async def _deliver(args: ServerArgs) -> dict[str, list]:
     async def consume(rid: str) -> None:
         req = TokenizedGenerateReq(rid, [1], SamplingParams(max_new_tokens=NUM_STEPS), stream=True)
         async for _, out in tm.generate([req], [0]):
-            seen[rid].append((out.text, list(out.output_ids), out.finish_reason))
+            seen[rid].append((out.text, out.text_start, list(out.output_ids), out.finish_reason))
 
     rids = [f"r{i}" for i in range(NUM_STREAMS)]
     for rid in rids:
@@ -69,19 +69,39 @@ def test_incremental_outputs_arrive_exactly_once_in_order(wakeup, size):
     seen = asyncio.run(_deliver(args))
     for rid, outs in seen.items():
         last = _finish_step(int(rid[1:]))
-        assert "".join(text for text, _, _ in outs) == "".join(f"{s}," for s in range(last + 1))
-        assert [i for _, ids, _ in outs for i in ids] == list(range(last + 1))
-        assert [f for _, _, f in outs].count(None) == len(outs) - 1 and outs[-1][2] is not None
+        assert "".join(text for text, _, _, _ in outs) == "".join(f"{s}," for s in range(last + 1))
+        assert [i for _, _, ids, _ in outs for i in ids] == list(range(last + 1))
+        assert [f for _, _, _, f in outs].count(None) == len(outs) - 1 and outs[-1][3] is not None
 
 
-@pytest.mark.parametrize("stream_output", ["copy", "reference"])
+def _whole_texts(outs: list) -> list[str]:
+    """Each output's whole text so far, rebuilt from ``(text, text_start)``."""
+    texts, whole = [], ""
+    for text, start, _, _ in outs:
+        assert start <= len(whole)
+        whole = whole[:start] + text
+        texts.append(whole)
+    return texts
+
+
+@pytest.mark.parametrize("stream_output", ["copy", "reference", "reference-full"])
 @pytest.mark.parametrize(("wakeup", "size"), FORMS)
 def test_cumulative_outputs_grow_and_end_complete(wakeup, size, stream_output):
     args = ServerArgs(wakeup=wakeup, batch_notify_size=size, stream_output=stream_output)
     seen = asyncio.run(_deliver(args))
     for rid, outs in seen.items():
         last = _finish_step(int(rid[1:]))
-        texts = [text for text, _, _ in outs]
+        texts = _whole_texts(outs)
         assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(texts, texts[1:], strict=False))
         assert texts[-1] == "".join(f"{s}," for s in range(last + 1))
-        assert outs[-1][1] == list(range(last + 1)) and outs[-1][2].type == "length"
+        assert outs[-1][1] == 0, "the final output holds the whole text"
+        assert outs[-1][2] == list(range(last + 1)) and outs[-1][3].type == "length"
+
+
+@pytest.mark.parametrize(("wakeup", "size"), FORMS)
+def test_tail_outputs_hold_only_the_new_text(wakeup, size):
+    seen = asyncio.run(_deliver(ServerArgs(wakeup=wakeup, batch_notify_size=size)))
+    for outs in seen.values():
+        starts = [start for _, start, _, _ in outs[:-1]]
+        lens = [len(text) for text, _, _, _ in outs[:-1]]
+        assert starts == [sum(lens[:k]) for k in range(len(lens))]
