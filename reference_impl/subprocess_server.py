@@ -15,6 +15,12 @@ import httpx
 from reference_impl.launcher import COMM_PREFIX
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far, from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as s:
@@ -25,13 +31,18 @@ def free_port() -> int:
 class ServerProcess:
     """A reference server in its own process group, stopped by its pid."""
 
-    def __init__(self, *flags: str, port: int | None = None, log_path: str | None = None):
+    def __init__(self, *flags: str, port: int | None = None, log_path: str | None = None,
+                 placement=None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.placement = placement
         self._log = open(log_path, "w") if log_path else None  # noqa: SIM115
         cmd = [sys.executable, "-m", "reference_impl", "--port", str(self.port), *flags]
+        # NOTE: every process starts on the non-HTTP CPUs, so torch/OpenMP size their thread pools
+        # to those CPUs (threads pinned later onto fewer cores than they expect spin for ages).
+        preexec = placement.client_preexec() if placement else None
         self.proc = subprocess.Popen(cmd, stdout=self._log or subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+                                     text=True, start_new_session=True, preexec_fn=preexec)
 
     @property
     def pid(self) -> int:
@@ -50,6 +61,21 @@ class ServerProcess:
             if ppid == self.proc.pid and name.startswith(COMM_PREFIX):
                 pids[name[len(COMM_PREFIX):]] = pid
         return pids
+
+    def warm_up(self, timeout: float = 300.0) -> None:
+        """One short streamed chat request, so one-time work (lazy imports) stays out of a measurement."""
+        model = httpx.get(self.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        body = {"model": model, "messages": [{"role": "user", "content": "warm up"}],
+                "max_tokens": 4, "stream": True}
+        response = httpx.post(self.url + "/v1/chat/completions", json=body, timeout=timeout)
+        if response.status_code != 200:
+            raise RuntimeError(f"warm-up request failed with HTTP {response.status_code}: "
+                               f"{response.text[:300]}")
+
+    def pin(self) -> None:
+        """Move the HTTP process onto its own CPUs (the server started on the others)."""
+        if self.placement is not None:
+            self.placement.pin_server(self.child_pids(), self.proc.pid)
 
     def wait_ready(self, timeout: float = 180.0) -> ServerProcess:
         """Block until ``/health`` answers; raise if the server exits or takes too long."""

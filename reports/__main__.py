@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from reference_impl.placement import PLACEMENT_HELP, Placement
 from reports.reproduction import REPORTS_DIR, load_summaries, table
 from reports.runner import ReportError, run_scenario
 from reports.scenarios import SCENARIOS, SMALLEST_SCALE
@@ -29,7 +30,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run.add_argument("--py-spy", default=None, help="py-spy executable (default: the one on PATH)")
     run.add_argument("--server-flag", action="append", default=[],
                      help="extra flag for every server, e.g. --server-flag=--max-n=4")
-    return parser.parse_args(argv)
+    run.add_argument("--placement", default="pinned", help=PLACEMENT_HELP)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        try:
+            args.placement = (Placement.parse(args.placement)
+                              if args.placement != "pinned" or Placement.default() else None)
+        except ValueError as error:
+            parser.error(f"--placement: {error}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.command == "list":
         for name, scenario in SCENARIOS.items():
-            print(f"{name:14s} {scenario.title} ({', '.join(scenario.hot_paths)})")
+            print(f"{name:14s} {scenario.title()} ({', '.join(scenario.hot_paths)})")
         return 0
     if args.command == "table":
         print(table(load_summaries(Path(args.reports_dir))), end="")
         return 0
     try:
         out = run_scenario(SCENARIOS[args.scenario], args.scale, args.out_dir, args.rate,
-                           args.duration, args.py_spy, tuple(args.server_flag))
+                           args.duration, args.py_spy, tuple(args.server_flag), args.placement)
     except (ReportError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

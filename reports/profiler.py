@@ -36,8 +36,9 @@ class Recorder:
     """
 
     def __init__(self, py_spy: str, pids: dict[str, int], out_dir: Path, prefix: str,
-                 rate: int = 100, duration: float | None = None):
+                 rate: int = 100, duration: float | None = None, preexec_fn=None):
         self.py_spy, self.pids, self.rate, self.duration = py_spy, pids, rate, duration
+        self.preexec_fn = preexec_fn  # e.g. keep py-spy off the HTTP process's CPU
         self.paths = {name: out_dir / f"{prefix}.{name}.txt" for name in pids}
         self.procs: dict[str, subprocess.Popen] = {}
         self._readers: dict[str, _OutputReader] = {}
@@ -50,7 +51,7 @@ class Recorder:
             if self.duration:
                 cmd += ["-d", str(max(1, round(self.duration)))]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=self.preexec_fn)
             self.procs[name] = proc
             self._readers[name] = _OutputReader(proc)
         for name, reader in self._readers.items():

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from html import escape
 from pathlib import Path
 
+from reference_impl.placement import describe
 from reports import flamegraph, machine, plots
 from reports.analysis import cost_by_length, is_sweep, loglog_slope, ratio
 from reports.runner import PROCESSES
@@ -22,6 +23,8 @@ LOADGEN_ROWS = (
     ("median_e2e_latency_ms", "median E2E latency (ms)"),
 )
 TOP_FUNCTIONS = 15
+MIN_COMPLETED = 30
+"""Fewer completed requests than this in a run and its ratios are not printed (too few to judge)."""
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;max-width:1300px;color:#222}
 table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f0f0f0}
@@ -67,10 +70,12 @@ def server_rows(outcome) -> dict[str, float | None]:
 def summary(scenario, scale: float, settings, outcomes, elapsed_s: float) -> dict:
     """Everything the page and README show, as plain data (written as summary.json)."""
     return {
-        "scenario": scenario.name, "title": scenario.title, "hot_paths": list(scenario.hot_paths),
+        "scenario": scenario.name, "title": scenario.title(scale), "hot_paths": list(scenario.hot_paths),
         "scale": scale, "sampling_rate_hz": settings.rate, "profile_duration_s": settings.duration,
         "server_flags": list(settings.server_flags), "elapsed_s": round(elapsed_s, 1),
         "machine": machine.describe(settings.py_spy),
+        "placement": describe(settings.placement),
+        "too_few_samples": too_few_note([o for o in outcomes if not is_sweep(o)]) or None,
         "runs": [{"name": o.run.name, "flags": list(o.run.flags), "load": asdict(o.run.load),
                   "params": o.run.params, "loadgen": {k: o.result.get(k) for k, _ in LOADGEN_ROWS},
                   "client_bound": o.result.get("client_bound"),
@@ -91,13 +96,29 @@ def _table(header: list[str], rows: list[list[str]], raw_cells: bool = False) ->
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def too_few(outcome) -> bool:
+    """Whether a run completed too few requests for its ratios to mean anything."""
+    return (outcome.result.get("completed") or 0) < MIN_COMPLETED
+
+
+def too_few_note(outcomes) -> str:
+    """A sentence naming the runs too small to judge, or ""."""
+    small = [f"{o.run.name} ({o.result.get('completed') or 0})" for o in outcomes if too_few(o)]
+    if not small:
+        return ""
+    return (f"Too few samples to judge: {', '.join(small)} completed fewer than {MIN_COMPLETED} "
+            "requests, so no ratios are printed for them; run a larger --scale for figures.")
+
+
 def _compare_rows(data: dict, outcomes, labels) -> list[list[str]]:
     rows = []
+    judge = [not too_few(outcomes[0]) and not too_few(o) for o in outcomes]
     for key, label in labels:
         values = [data[o.run.name].get(key) for o in outcomes]
         cells = [label, escape(fmt(values[0]))]
-        for value in values[1:]:
+        for value, ok in zip(values[1:], judge[1:], strict=True):
             r = fmt_ratio(ratio(value, values[0])) if isinstance(value, int | float) else ""
+            r = r if ok else "too few samples"
             cells.append(f'{escape(fmt(value))} <span class="ratio">{r}</span>')
         rows.append(cells)
     return rows
@@ -178,14 +199,16 @@ def page(scenario, data: dict, outcomes, svgs, images: dict[str, str]) -> str:
                          for name, png in images.items())
     machine_rows = [[k, v] for k, v in data["machine"].items()]
     return f"""<!doctype html><html><head><meta charset="utf-8">
-<title>{escape(scenario.title)} — profiling report</title><style>{CSS}</style></head><body>
-<h1>{escape(scenario.name)}: {escape(scenario.title)}</h1>
+<title>{escape(data["title"])} — profiling report</title><style>{CSS}</style></head><body>
+<h1>{escape(scenario.name)}: {escape(data["title"])}</h1>
 <p>{escape(scenario.description)}</p>
 <p>Hot paths: {escape(", ".join(scenario.hot_paths))}. Scale {data["scale"]}; load per run: {escape(json.dumps(load))}.
 py-spy at {data["sampling_rate_hz"]} Hz, idle frames off, every server process recorded while the load ran.
 Command: <code>python -m reports run {escape(scenario.name)} --scale {data["scale"]} --rate {data["sampling_rate_hz"]}</code>.</p>
 <ul>{runs}</ul>
-<h2>Load (loadgen)</h2><p>Ratios are against the first column.</p>{loadgen_table(outcomes)}
+<p>Placement: {escape(data.get("placement", ""))}.</p>
+<h2>Load (loadgen)</h2><p>Ratios are against the first column. <strong>{escape(too_few_note(outcomes))}</strong></p>
+{loadgen_table(outcomes)}
 <h2>Server</h2><p>CPU seconds read from /proc for each process over the load; scheduler counters from /metrics.</p>
 {server_table(outcomes)}
 <h2>Plots</h2>{plots_html}{sweep_table(data)}
@@ -204,11 +227,13 @@ def readme(scenario, data: dict) -> str:
     """The report's README.md: what ran, the headline table, the files."""
     names = [r["name"] for r in data["runs"]]
     keys = ("output_throughput", "median_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms")
-    lines = [f"# {scenario.name}: {scenario.title}", "", scenario.description, "",
+    lines = [f"# {scenario.name}: {data['title']}", "", scenario.description, "",
              f"`python -m reports run {scenario.name} --scale {data['scale']} --rate "
              f"{data['sampling_rate_hz']}` on {data['machine']['CPU']}, {data['machine']['cores']} "
              f"cores, GPU: {data['machine']['GPU']}; commit {data['machine']['commit']}; "
-             f"{data['elapsed_s']:.0f} s in all. Open `index.html` for the flamegraphs and plots.", "",
+             f"{data['elapsed_s']:.0f} s in all; {data.get('placement', '')}. Open `index.html` "
+             "for the flamegraphs and plots.", "",
+             *([f"**{data['too_few_samples']}**", ""] if data.get("too_few_samples") else []),
              "| run | " + " | ".join(keys) + " | http CPU s | scheduler CPU s | detokenizer CPU s | prefill steps | client-bound |",
              "|---" * (len(keys) + 6) + "|"]
     for r in (r for r in data["runs"] if not r["sweep"]):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from reference_impl.subprocess_server import ServerProcess
+from reference_impl.placement import Placement
+from reference_impl.subprocess_server import ServerProcess, cpu_seconds
 from reports import analysis
 from reports.profiler import ProfilerError, Recorder, find_py_spy, gzip_file, read_stacks
 from reports.scenarios import Run, Scenario
@@ -30,12 +31,18 @@ class ReportError(RuntimeError):
 
 @dataclass(frozen=True)
 class Settings:
-    """How to profile: py-spy path, sampling rate (Hz), optional recording duration, extra flags."""
+    """How to profile: py-spy path, sampling rate (Hz), recording duration, extra flags, placement."""
 
     py_spy: str
     rate: int = 100
     duration: float | None = None
     server_flags: tuple[str, ...] = ()
+    placement: Placement | None = None
+
+    @property
+    def loadgen_workers(self) -> str:
+        """One loadgen worker per client CPU when pinned; else loadgen decides."""
+        return str(self.placement.num_client_cpus) if self.placement else "auto"
 
 
 @dataclass
@@ -48,11 +55,6 @@ class RunOutcome:
     cpu_s: dict[str, float]
     metrics: dict[str, float]
     derived: dict
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scrape_metrics(url: str) -> dict[str, float]:
@@ -74,10 +76,13 @@ def _server_failure(run: Run, log: Path, error: Exception) -> ReportError:
                        f"{str(error)[:500]}\n--- server log tail ---\n{tail}")
 
 
-def _loadgen(run: Run, url: str, out: Path, records: Path) -> dict:
+def _loadgen(run: Run, url: str, out: Path, records: Path, settings: Settings) -> dict:
     cmd = [sys.executable, "-m", "loadgen", "--base-url", url, *run.load.loadgen_args(),
-           "--workers", "auto", "--output", str(out), "--records", str(records), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOADGEN_TIMEOUT_S)
+           "--workers", settings.loadgen_workers, "--output", str(out), "--records", str(records),
+           "--quiet"]
+    preexec = settings.placement.client_preexec() if settings.placement else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOADGEN_TIMEOUT_S,
+                          preexec_fn=preexec)
     if proc.returncode != 0 or not out.exists():
         raise ReportError(f"loadgen for {run.name!r} exited with {proc.returncode}: "
                           f"{(proc.stderr or proc.stdout)[-1500:]}")
@@ -88,27 +93,23 @@ def _loadgen(run: Run, url: str, out: Path, records: Path) -> dict:
     return result
 
 
-def warm_up(url: str, timeout: float = 300.0) -> None:
-    """One short chat request before profiling, so one-time work (lazy imports) stays out of it."""
-    body = {"model": httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"],
-            "messages": [{"role": "user", "content": "warm up"}], "max_tokens": 4, "stream": True}
-    response = httpx.post(url + "/v1/chat/completions", json=body, timeout=timeout)
-    if response.status_code != 200:
-        raise ReportError(f"warm-up request failed with HTTP {response.status_code}: {response.text[:300]}")
-
-
 def _under_load(run: Run, server: ServerProcess, settings: Settings, tmp: Path) -> RunOutcome:
-    warm_up(server.url)
+    try:
+        server.warm_up()
+    except RuntimeError as error:
+        raise ReportError(str(error)) from error
     pids = server.child_pids()
     if set(pids) != set(PROCESSES):
         raise ReportError(f"server for {run.name!r}: expected processes {PROCESSES}, found {pids}")
-    recorder = Recorder(settings.py_spy, pids, tmp / "raw", run.name, settings.rate, settings.duration)
-    cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    server.pin()
+    recorder = Recorder(settings.py_spy, pids, tmp / "raw", run.name, settings.rate, settings.duration,
+                        settings.placement.client_preexec() if settings.placement else None)
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     recorder.start()
     try:
         records = tmp / "raw" / f"{run.name}.records.jsonl"
-        result = _loadgen(run, server.url, tmp / "results" / f"{run.name}.json", records)
-        cpu_s = {name: _cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        result = _loadgen(run, server.url, tmp / "results" / f"{run.name}.json", records, settings)
+        cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         paths = recorder.stop()
     finally:
         recorder.kill()
@@ -128,7 +129,8 @@ def run_one(run: Run, settings: Settings, tmp: Path) -> RunOutcome:
     log = tmp / "raw" / f"{run.name}.server.log"
     print(f"== {run.name}: server {' '.join(run.flags) or '(defaults)'}", flush=True)
     try:
-        server = ServerProcess(*run.flags, *settings.server_flags, log_path=str(log))
+        server = ServerProcess(*run.flags, *settings.server_flags, log_path=str(log),
+                               placement=settings.placement)
         server.wait_ready()
     except (RuntimeError, TimeoutError, OSError) as error:
         raise _server_failure(run, log, error) from error
@@ -153,7 +155,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 def run_scenario(scenario: Scenario, scale: float = 1.0, out_dir: Path | None = None,
                  rate: int = 100, duration: float | None = None, py_spy: str | None = None,
-                 server_flags: tuple[str, ...] = ()) -> Path:
+                 server_flags: tuple[str, ...] = (), placement: Placement | None = None) -> Path:
     """Run every form of ``scenario`` and write its report to ``out_dir`` (default reports/<name>).
 
     The report is built in a temporary directory beside ``out_dir`` and moved into place only
@@ -162,7 +164,7 @@ def run_scenario(scenario: Scenario, scale: float = 1.0, out_dir: Path | None = 
     from reports.render import write_report
 
     try:
-        settings = Settings(find_py_spy(py_spy), rate, duration, tuple(server_flags))
+        settings = Settings(find_py_spy(py_spy), rate, duration, tuple(server_flags), placement)
     except ProfilerError as error:
         raise ReportError(str(error)) from error
     out_dir = Path(out_dir or Path(__file__).parent / scenario.name).resolve()

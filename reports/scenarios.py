@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 SMALLEST_SCALE = 0.01
 ALL_LEGACY = ("--all-legacy",)
@@ -49,7 +49,7 @@ class Scenario:
     """A named set of runs; ``build(scale)`` gives the runs, the first one is the baseline."""
 
     name: str
-    title: str
+    title_template: str
     hot_paths: tuple[str, ...]
     description: str
     build: Callable[[float], tuple[Run, ...]]
@@ -60,6 +60,11 @@ class Scenario:
         if not SMALLEST_SCALE <= scale <= 1.0:
             raise ValueError(f"scale must be in [{SMALLEST_SCALE}, 1.0], got {scale}")
         return self.build(scale)
+
+    def title(self, scale: float = 1.0) -> str:
+        """The title with the sizes actually run at ``scale`` (the first run's load)."""
+        title = self.title_template.format(**asdict(self.runs(scale)[0].load))
+        return title if scale == 1.0 else f"{title} (scale {scale:g} of the default)"
 
 
 def scaled(value: int, scale: float, floor: int) -> int:
@@ -121,11 +126,11 @@ def _torch(scale: float) -> tuple[Run, ...]:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("storm", "2048-stream streaming-chat storm", ("H1", "H2", "H6"),
+    Scenario("storm", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens", ("H1", "H2", "H6"),
              "Every stream starts at once (concurrency = prompts), 128 input / 128 output tokens, "
              "ignore_eos, sim engine h100-llama-8b. H1 (wake-ups) and H2 (SSE encoding) toggled "
              "alone; all-legacy also carries H3 copy and H6 concat.", _storm),
-    Scenario("long-output", "16K-token outputs, default non-incremental streaming", ("H3", "H6"),
+    Scenario("long-output", "{output_len}-token outputs, default non-incremental streaming", ("H3", "H6"),
              "Few streams with 16,384 output tokens each, default (non-incremental) streaming, sim "
              "engine with the zero profile so the CPU pipeline sets the pace (as a small model on a "
              "fast GPU does upstream). H3 (per-step copy) and H6 (string deltas) toggled alone; "
@@ -133,17 +138,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "all-optimized also run at 1/8, 1/4 and 1/2 of the output length for the "
              "cost-vs-length plot.", _long_output,
              ("throughput", "itl", "growth")),
-    Scenario("long-prompt", "100K-token prompts", ("H4",),
+    Scenario("long-prompt", "long prompts ({input_len} loadgen tokens, ~4.5x server tokens)", ("H4",),
              "Four requests, two at a time, with ~100,000-token prompts (server count: loadgen's "
              "random text of 22,100 tokens) and 1,024 output tokens, sim engine "
              "h100-llama-8b; the scheduler process holds the token ids (list vs array('q')).",
              _long_prompt, ("throughput", "itl", "cpu")),
-    Scenario("osl-variance", "output-length variance and the prefill delayer", ("H5",),
+    Scenario("osl-variance", "output-length variance and the prefill delayer, ISL = OSL = {input_len}", ("H5",),
              "Input = output = 1000 tokens with range ratio 1.0 or 0.8, prefill delayer off or on "
              "with the queue trigger (--prefill-delayer-queue-min-ratio 0.5), concurrency 16 / 64 / "
              "128 with twice as many prompts, sim engine h100-llama-8b.", _osl_variance,
              ("osl",)),
-    Scenario("torch", "torch engine", ("H1", "H2", "H3", "H4", "H6"),
+    Scenario("torch", "torch engine, {concurrency} streams, {input_len}/{output_len} tokens", ("H1", "H2", "H3", "H4", "H6"),
              "The torch engine (embedded small Llama, seeded weights) on whatever device is "
              "present (--device auto), all-legacy vs all-optimized.", _torch),
 )}

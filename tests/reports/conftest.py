@@ -24,7 +24,7 @@ def torch_engine_listed() -> bool:
     return "torch" in help_text.partition("--engine")[2].partition("\n")[0]
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     """``python -m reports ARGS`` as a subprocess."""
     return subprocess.run([sys.executable, "-m", "reports", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)

@@ -40,3 +40,20 @@ def test_page_renders_in_chromium_with_tables_and_flamegraphs(report: Path, chro
     assert re.search(r'<svg class="flamegraph"[^>]*>.*?<rect ', dom, re.S), "no flamegraph in the DOM"
     assert "Top functions by own time" in dom
     assert 'src="data:image/png;base64,' in dom
+
+
+def _outcome(name: str, completed: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(run=SimpleNamespace(name=name), result={"completed": completed, "x": 2.0})
+
+
+def test_runs_too_small_to_judge_get_no_ratios():
+    from reports.render import MIN_COMPLETED, _compare_rows, too_few_note
+
+    big, small = _outcome("a", MIN_COMPLETED), _outcome("b", MIN_COMPLETED - 1)
+    data = {"a": {"x": 1.0}, "b": {"x": 2.0}, "c": {"x": 3.0}}
+    assert "too few samples" in _compare_rows(data, [big, small], [("x", "x")])[0][2]
+    assert "3.00x" in _compare_rows(data, [big, _outcome("c", MIN_COMPLETED)], [("x", "x")])[0][2]
+    assert too_few_note([big]) == ""
+    assert "b (29)" in too_few_note([big, small]).replace(str(MIN_COMPLETED - 1), "29")

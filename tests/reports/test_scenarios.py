@@ -63,3 +63,11 @@ def test_long_output_sweep_runs_each_form_at_shorter_lengths():
     sweep = [r for r in runs if r.params.get("sweep")]
     assert {r.params["form"] for r in sweep} == {"all-legacy", "all-optimized"}
     assert sorted({r.load.output_len for r in sweep}) == [2048, 4096, 8192]
+
+
+def test_title_states_the_sizes_actually_run():
+    storm = SCENARIOS["storm"]
+    assert storm.title().startswith("2048-stream streaming-chat storm, 128/128 tokens")
+    small = storm.title(0.01)
+    assert small.startswith("20-stream") and "scale 0.01 of the default" in small
+    assert "2048" not in small
