@@ -16,7 +16,10 @@ from reference_impl.scheduler.prefill_delayer import (
     DelayerState,
     PrefillDelayer,
     RankInfo,
+    RecentPrefillBatchSizes,
     decide,
+    estimated_attempt_size,
+    queue_min,
 )
 
 ALL = [True, True, True, True]
@@ -381,3 +384,44 @@ def test_prefill_delayer_counts_outcomes():
     }
     assert delayer.last_decision is not None and delayer.last_decision.reason == ""
     assert delayer.state == DelayerState(is_skip_first_used=False)
+
+
+def test_recent_prefill_sizes_forget_a_peak_after_the_window():
+    sizes = RecentPrefillBatchSizes(window_size=4)
+    sizes.observe_attempt(100)
+    got = []
+    for size in (2, 1, 2, 2):
+        sizes.observe_attempt(size)
+        got.append(sizes.max_prefill_bs)
+    assert got == [100, 100, 100, 2]
+
+
+def test_recent_prefill_sizes_keep_a_recurring_peak():
+    sizes = RecentPrefillBatchSizes(window_size=4)
+    for size in (2, 1, 1, 2, 1, 1, 2):
+        sizes.observe_attempt(size)
+        assert sizes.max_prefill_bs == 2
+
+
+def test_recent_prefill_sizes_refuse_empty_attempts():
+    assert RecentPrefillBatchSizes().max_prefill_bs == 0
+    with pytest.raises(ValueError):
+        RecentPrefillBatchSizes(window_size=0)
+    with pytest.raises(ValueError):
+        RecentPrefillBatchSizes().observe_attempt(0)
+
+
+def test_estimated_attempt_size():
+    assert estimated_attempt_size(waiting_queue_len=3, num_free_slots=10) == 3
+    assert estimated_attempt_size(waiting_queue_len=30, num_free_slots=10) == 10
+    assert estimated_attempt_size(waiting_queue_len=0, num_free_slots=0) == 1
+
+
+def test_config_from_dp_attention_server_args():
+    args = ServerArgs(max_running_requests=130, dp_size=4, enable_dp_attention=True,
+                      prefill_max_requests=16, prefill_delayer_queue_min_ratio=0.1)
+    config = DelayerConfig.from_server_args(args)
+    assert config.effective_max_running_requests == 33
+    assert config.prefill_max_requests == 16 and config.dp_size == 4
+    assert queue_min(running_batch=300, config=config) == 16
+    assert queue_min(running_batch=100, config=config) == 10
