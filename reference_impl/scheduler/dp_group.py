@@ -10,6 +10,7 @@ H5 figures.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from reference_impl.config import ServerArgs
@@ -31,10 +32,10 @@ class DPGroup:
         self.engines = [SimEngine(tokenizer, storage, clock, profile=args.sim_profile,
                                   seed=args.sim_seed, max_total_num_tokens=args.max_total_tokens)
                         for _ in range(args.dp_size)]
-        self.ranks = [Scheduler(args, engine, tokenizer, storage, clock)
+        # NOTE: ranks hold no delayer of their own: the group negotiates once for all of them
+        rank_args = dataclasses.replace(args, enable_prefill_delayer=False)
+        self.ranks = [Scheduler(rank_args, engine, tokenizer, storage, clock)
                       for engine in self.engines]
-        for rank in self.ranks:
-            rank.delayer = None  # NOTE: the group negotiates once for every rank
         self.delayer = make_delayer(args)
         self.profile = self.engines[0].profile
         self.counts: Counter[str] = Counter()
