@@ -76,6 +76,10 @@ class ServerArgs:
     max_total_tokens: int | None = None
     max_n: int = 16
     stream_interval: int = 1
+    prefill_max_requests: int | None = None
+    # Data parallelism (sim engine only): N lockstep scheduler ranks behind a round-robin router.
+    dp_size: int = 1
+    enable_dp_attention: bool = False
     # H1: batched wake-ups
     wakeup: str = "batched"
     batch_notify_size: int = 16
@@ -118,6 +122,9 @@ class ServerArgs:
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
         if self.max_total_tokens is not None:
             _check_positive("max_total_tokens", self.max_total_tokens)
+        if self.prefill_max_requests is not None:
+            _check_positive("prefill_max_requests", self.prefill_max_requests)
+        self._check_data_parallel()
         fraction = self.mem_fraction_static
         if fraction is not None and not (0 < fraction < 1):
             raise ValueError(f"mem_fraction_static must be in (0, 1), got {fraction}")
@@ -127,6 +134,13 @@ class ServerArgs:
         watermark = self.prefill_delayer_token_usage_low_watermark
         if watermark is not None and not (0 <= watermark <= 1):
             raise ValueError(f"prefill_delayer_token_usage_low_watermark must be in [0, 1], got {watermark}")
+
+    def _check_data_parallel(self) -> None:
+        _check_positive("dp_size", self.dp_size)
+        if self.dp_size > 1 and not self.enable_dp_attention:
+            raise ValueError("dp_size > 1 is modelled only with --enable-dp-attention")
+        if self.enable_dp_attention and self.engine != "sim":
+            raise ValueError("--enable-dp-attention needs the sim engine")
 
     def _default_model_name(self) -> str:
         if self.model_path is not None:
@@ -140,6 +154,11 @@ class ServerArgs:
             return EMBEDDED_MODEL_CONTEXT_LENGTH
         config = json.loads((Path(self.model_path) / "config.json").read_text())
         return int(config.get("max_position_embeddings", 4096))
+
+    @property
+    def max_running_requests_per_rank(self) -> int:
+        """Each DP-attention rank's share of ``max_running_requests`` (rounded up)."""
+        return -(-self.max_running_requests // self.dp_size)
 
     @property
     def effective_max_delay_ms(self) -> float:
@@ -200,6 +219,12 @@ _HELP = {
                         "engine's KV pool size.",
     "max_n": "Largest accepted 'n' (choices per request).",
     "stream_interval": "Send streaming outputs every N decode steps.",
+    "prefill_max_requests": "Maximum requests admitted in one prefill step (default: no limit); "
+                            "also caps the H5 queue trigger's threshold.",
+    "dp_size": "[sim] Data-parallel scheduler ranks, stepping in lockstep in one scheduler "
+               "process behind a round-robin router (needs --enable-dp-attention).",
+    "enable_dp_attention": "[sim] DP attention: an extend on any rank makes every rank run an "
+                           "eager step; the prefill delayer negotiates over all ranks.",
     "wakeup": "[H1, sglang#22658] 'immediate' sets every waiting stream's event at once (legacy); "
               "'batched' sets events in groups and yields between groups.",
     "batch_notify_size": "[H1] Requests per wake-up group in the batched form (0 or 1: every request).",

@@ -1,4 +1,5 @@
-"""Scheduler-process workloads: H4 token storage lifecycle stages, H5 prefill delayer runs."""
+"""Scheduler-process workloads: H4 token storage lifecycle stages, H5 prefill delayer runs
+(DP-attention regime)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from benchmarks.workloads.args import form_args
 H4_STAGES = ("ingest", "decode_append", "fill_rebuild", "batch_tensor", "finish", "lifecycle")
 H4_NUM_REQS = 2
 H4_DECODE_STEPS = 1000
-DELAYER_MODES = ("off", "slot-only", "queue")
-QUEUE_MIN_RATIO = 0.5
+DELAYER_MODES = ("off", "slot", "queue")
+QUEUE_MIN_RATIO = 0.1
+"""Upstream's default in the queue trigger's benchmark (sglang#23189 swept 0.1-0.4)."""
+DP_SIZE = 4
+DP_PROFILE = "gb200-moe-dp"
 
 
 class TokenLifecycle:
@@ -80,31 +84,40 @@ class TokenLifecycle:
         return self._finish()
 
 
-def _delayer_args(mode: str, concurrency: int):
-    overrides = {"sim_time": "virtual", "max_running_requests": concurrency}
+def _delayer_args(mode: str, queue_min_ratio: float, dp_size: int):
+    # NOTE: max_running_requests stays at its default (1,024 slots per rank), far above the
+    # concurrency, so the slot condition never holds and the queue trigger is what is measured.
+    overrides = {"sim_time": "virtual", "sim_profile": DP_PROFILE, "dp_size": dp_size,
+                 "enable_dp_attention": True}
     if mode != "off":
         overrides["enable_prefill_delayer"] = True
     if mode == "queue":
-        return form_args("H5", "optimized", prefill_delayer_queue_min_ratio=QUEUE_MIN_RATIO, **overrides)
+        return form_args("H5", "optimized", prefill_delayer_queue_min_ratio=queue_min_ratio,
+                         **overrides)
     return form_args("H5", "legacy", **overrides)
 
 
 class PrefillDelayerRun:
-    """H5: the real scheduler and sim engine on a virtual clock, ``concurrency`` requests in flight.
+    """H5 in the DP-attention regime: the real scheduler ranks, delayer and sim engines.
 
-    Closed loop: each finished request is replaced by a new one until ``num_requests`` have
-    been sent. Output lengths are uniform in [max(int(L * range_ratio), 1), L] (seeded).
-    ``run()`` returns output tokens per virtual second and the number of prefill steps.
+    ``dp_size`` lockstep ranks (profile ``gb200-moe-dp``) on a virtual clock; closed loop:
+    ``concurrency`` clients, each finished request replaced at once until ``num_requests``
+    (default 4 x concurrency) have been sent. Prompt lengths are ``input_len``; output lengths
+    uniform in [max(int(L * range_ratio), 1), L] for L = ``output_len`` (seeded).
+    ``run()`` returns output tokens per virtual second, lockstep steps holding an extend, and
+    the p99 gap between a request's consecutive tokens.
     """
 
     def __init__(self, mode: str, range_ratio: float, concurrency: int, input_len: int = 1000,
-                 output_len: int = 256, num_requests: int | None = None, seed: int = SEED):
+                 output_len: int = 1000, num_requests: int | None = None,
+                 queue_min_ratio: float = QUEUE_MIN_RATIO, dp_size: int = DP_SIZE,
+                 seed: int = SEED):
         if mode not in DELAYER_MODES:
             raise ValueError(f"mode must be one of {DELAYER_MODES}, got {mode!r}")
         with history_safe():
             from reference_impl.scheduler.process import build_scheduler
 
-            self.args = _delayer_args(mode, concurrency)
+            self.args = _delayer_args(mode, queue_min_ratio, dp_size)
             self._build = build_scheduler
         self.concurrency = concurrency
         self.msgs = _delayer_requests(num_requests or 4 * concurrency, input_len, output_len,
@@ -112,19 +125,29 @@ class PrefillDelayerRun:
 
     def run(self) -> dict[str, float]:
         scheduler = self._build(self.args)
+        clock = scheduler.clock
         pending = list(reversed(self.msgs))
         for _ in range(min(self.concurrency, len(pending))):
             scheduler.add_request(pending.pop())
+        last_token_at: dict[str, float] = {}
+        gaps: list[float] = []
         while not scheduler.is_idle:
             out = scheduler.step()
             if out is None:
                 continue
-            for finish in out.finish_reasons:
+            now = clock.now()
+            for rid, finish in zip(out.rids, out.finish_reasons, strict=True):
+                if rid in last_token_at:
+                    gaps.append(now - last_token_at[rid])
+                last_token_at[rid] = now
                 if finish is not None and pending:
                     scheduler.add_request(pending.pop())
         stats = scheduler.stats()
-        return {"output_throughput": stats.num_generated_tokens / scheduler.clock.now(),
-                "num_prefill_steps": stats.num_prefill_steps}
+        gaps.sort()
+        p99 = gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] if gaps else 0.0
+        return {"output_tok_s": stats.num_generated_tokens / clock.now(),
+                "prefill_steps": stats.num_prefill_steps,
+                "p99_decode_gap_ms": p99 * 1000.0, "sim_seconds": clock.now()}
 
 
 def _delayer_requests(num_requests: int, input_len: int, output_len: int, range_ratio: float,

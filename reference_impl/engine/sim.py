@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import zlib
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,13 +22,18 @@ from reference_impl.tokenizer import Tokenizer
 
 @dataclass(frozen=True)
 class LatencyProfile:
-    """prefill = fixed + per-token; decode = fixed + per-sequence + per-KV-token (seconds)."""
+    """prefill = fixed + per-token; decode = fixed + per-sequence + per-KV-token (seconds).
+
+    ``eager_step_fixed_s`` matters only to DP-attention groups: a lockstep step in which any
+    rank extends runs eagerly (no CUDA graph) on every rank, each paying this fixed cost.
+    """
 
     prefill_fixed_s: float
     prefill_per_token_s: float
     decode_fixed_s: float
     decode_per_seq_s: float
     decode_per_kv_token_s: float
+    eager_step_fixed_s: float = 0.0
 
     def prefill_time(self, num_tokens: int) -> float:
         return self.prefill_fixed_s + self.prefill_per_token_s * num_tokens
@@ -36,6 +42,20 @@ class LatencyProfile:
         return (self.decode_fixed_s + self.decode_per_seq_s * num_seqs
                 + self.decode_per_kv_token_s * num_kv_tokens)
 
+    def batch_time(self, batch: ForwardBatch | None, is_eager: bool = False) -> float:
+        """One rank's share of a step; an idle rank in an eager step still joins the collective."""
+        eager = self.eager_step_fixed_s if is_eager else 0.0
+        if batch is None:
+            return eager
+        if batch.is_prefill:
+            return eager + self.prefill_time(sum(len(r.fill_ids) for r in batch.reqs))
+        return eager + self.decode_time(len(batch.reqs), sum(r.seq_len for r in batch.reqs))
+
+    def lockstep_time(self, batches: Sequence[ForwardBatch | None]) -> float:
+        """A DP-attention step: as long as its slowest rank, eager on all if any rank extends."""
+        is_eager = any(b is not None and b.is_prefill for b in batches)
+        return max(self.batch_time(b, is_eager) for b in batches)
+
 
 PROFILES: dict[str, LatencyProfile] = {
     # One H100 serving an 8B model in bf16: decode reads 16 GB of weights (~5 ms at 3.35 TB/s)
@@ -43,6 +63,12 @@ PROFILES: dict[str, LatencyProfile] = {
     "h100-llama-8b": LatencyProfile(4e-3, 40e-6, 6e-3, 8e-6, 4e-8),
     # No modelled time at all: the scheduler runs as fast as its CPU allows.
     "zero": LatencyProfile(0.0, 0.0, 0.0, 0.0, 0.0),
+    # A large MoE (upstream's H5 figures: Qwen3.5-397B-A17B-FP8 on one 4-GPU GB200 tray) with
+    # DP attention, per rank: a short graph decode step and a large eager fixed cost for any
+    # step holding an extend. See README "DP attention regime" for where each number comes from.
+    "gb200-moe-dp": LatencyProfile(prefill_fixed_s=2e-3, prefill_per_token_s=53e-6,
+                                   decode_fixed_s=12.5e-3, decode_per_seq_s=50e-6,
+                                   decode_per_kv_token_s=0.0, eager_step_fixed_s=250e-3),
 }
 
 _WORDS = (
@@ -90,20 +116,22 @@ class SimEngine(Engine):
         self._streams: dict[str, SimStream] = {}
 
     def forward(self, batch: ForwardBatch) -> list[int]:
+        duration = self.profile.batch_time(batch)
+        next_ids = self.run(batch)
+        self._clock.sleep(duration)
+        return next_ids
+
+    def run(self, batch: ForwardBatch) -> list[int]:
+        """The step's token ids without waiting out its time (a DP group waits for all ranks)."""
         if batch.is_prefill:
             # (sum of prompt lens,) int64: what a GPU engine copies to the device
-            input_ids = self._storage.to_tensor([r.fill_ids for r in batch.reqs])
-            duration = self.profile.prefill_time(input_ids.numel())
+            self._storage.to_tensor([r.fill_ids for r in batch.reqs])
             for req in batch.reqs:
                 self._streams[req.rid] = SimStream(self._stream_seed(req), self._word_ids, self._eos)
         else:
             # (batch,) int64: each request's last token
-            input_ids = torch.tensor([r.output_ids[-1] for r in batch.reqs], dtype=torch.int64)
-            num_kv = sum(r.seq_len for r in batch.reqs)
-            duration = self.profile.decode_time(input_ids.numel(), num_kv)
-        next_ids = [self._streams[r.rid].next_token(r.sampling.ignore_eos) for r in batch.reqs]
-        self._clock.sleep(duration)
-        return next_ids
+            torch.tensor([r.output_ids[-1] for r in batch.reqs], dtype=torch.int64)
+        return [self._streams[r.rid].next_token(r.sampling.ignore_eos) for r in batch.reqs]
 
     def release(self, req) -> None:
         self._streams.pop(req.rid, None)

@@ -4,26 +4,36 @@ Delaying a prefill a few passes lets admissions come in larger groups instead of
 one finished slot at a time with tiny prefills that fragment decode. The decision is the pure
 function ``decide`` of (previous state, every rank's info, configuration, current time), so it
 can be table-tested for any number of data-parallel ranks without processes; ``PrefillDelayer``
-wraps it for one scheduler rank and counts outcomes.
+wraps it and counts outcomes. With DP attention one decision covers every rank of the group.
 
 Two forms, chosen by the configuration: the legacy form (``queue_min_ratio`` unset) delays only
-on the slot condition; the optimized form (sglang#23189) adds the queue condition, capped by a
-wall-clock time.
+on the slot condition (and, with several ranks, while some but not all can prefill); the
+optimized form adds the queue condition of sglang#23189 with upstream's later fixes.
 
-Behaviour taken from upstream where the spec is silent:
-- a delay with every rank prefillable is capped by the wall-clock time (queue condition only),
-  never by ``max_delay_passes``, which caps only the mixed-rank delay;
-- a mixed-rank delay lasts ``max_delay_passes - 1`` delayed passes; the next pass is allowed
-  with "wait_timeout";
-- the one-shot skip-first lets the pass through as if no condition held, so it answers
-  "no_wait", or "wait_success" when a (mixed-rank) delay was in progress;
-- the wall-clock cap ends a delay with "wait_success", not "wait_timeout".
+Rules, with every rank prefillable (values are maxima over ranks):
+- slot condition ``max_running_requests - running_batch < max_prefill_bs``: the first time in
+  the delayer's life it is let through (the one-shot skip-first, answering "no_wait" or
+  "wait_success"); afterwards it delays, and a delay ends by ``max_delay_passes`` (with 3:
+  delay, delay, wait_timeout), as a mixed-rank delay does;
+- queue condition ``waiting_queue_len < int(running_batch * queue_min_ratio)``, the threshold
+  capped only by ``prefill_max_requests`` when set (never by the observed ``max_prefill_bs``,
+  which collapses while a delay makes ranks observe short queues): it delays from its very first
+  pass (the skip-first bypass belongs to the slot condition and stays unused) and is bounded
+  by wall clock only (``max_delay_ms``), never by passes. Every rank sees one elapsed time (the
+  delay's start and ``now`` are shared), so all ranks reach the deadline on the same pass;
+- the wall-clock deadline ends only the queue condition, releasing with "wait_success"; a slot
+  condition still holding goes on under its pass cap.
+
+``RecentPrefillBatchSizes`` is each rank's ``max_prefill_bs``: the largest of the latest 16
+non-empty prefill attempts (an admission counts its size, a delayed pass an estimate), as
+upstream's ``RecentPrefillBatchSizeTracker``; passes with nothing waiting do not age it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,9 +56,12 @@ class DelayerConfig:
     max_running_requests: int = 4096
     dp_size: int = 1
     enable_dp_attention: bool = False
+    prefill_max_requests: int | None = None
 
     def __post_init__(self) -> None:
         _check_at_least("max_delay_passes", self.max_delay_passes, 1)
+        if self.prefill_max_requests is not None:
+            _check_at_least("prefill_max_requests", self.prefill_max_requests, 1)
         _check_at_least("max_running_requests", self.max_running_requests, 1)
         _check_at_least("dp_size", self.dp_size, 1)
         if not self.max_delay_ms >= 0:
@@ -61,15 +74,21 @@ class DelayerConfig:
             raise ValueError(f"queue_min_ratio must be in (0, 1], got {ratio}")
 
     @classmethod
-    def from_server_args(cls, args: ServerArgs, dp_size: int = 1) -> DelayerConfig:
-        """The delayer configuration of a server started with ``args``."""
+    def from_server_args(cls, args: ServerArgs) -> DelayerConfig:
+        """The delayer configuration of a server started with ``args``.
+
+        With DP attention each rank's slot limit (``max_running_requests`` split over the
+        ranks) is what a rank compares its running batch against.
+        """
         return cls(
             max_delay_passes=args.prefill_delayer_max_delay_passes,
             token_usage_low_watermark=args.prefill_delayer_token_usage_low_watermark,
             queue_min_ratio=args.prefill_delayer_queue_min_ratio,
             max_delay_ms=args.effective_max_delay_ms,
-            max_running_requests=args.max_running_requests,
-            dp_size=dp_size,
+            max_running_requests=args.max_running_requests_per_rank,
+            dp_size=args.dp_size,
+            enable_dp_attention=args.enable_dp_attention,
+            prefill_max_requests=args.prefill_max_requests,
         )
 
     @property
@@ -143,6 +162,10 @@ def _is_watermark_force_allow(rank: RankInfo, config: DelayerConfig) -> bool:
 
 
 def _decide_mixed(prev: DelayerState, config: DelayerConfig, now: float) -> Decision:
+    return _delay_within_pass_cap(prev, config, now)
+
+
+def _delay_within_pass_cap(prev: DelayerState, config: DelayerConfig, now: float) -> Decision:
     num_passes = prev.delay.num_passes if prev.delay is not None else 0
     if num_passes + 1 < config.max_delay_passes:
         return _delay(prev, now)
@@ -154,25 +177,33 @@ def _decide_all_prefillable(prev: DelayerState, ranks: Sequence[RankInfo],
     running_batch = max(rank.running_batch for rank in ranks)
     max_prefill_bs = max(rank.max_prefill_bs for rank in ranks)
     waiting_queue_len = max(rank.waiting_queue_len for rank in ranks)
-    is_slot_short = config.effective_max_running_requests - running_batch < max_prefill_bs
-    is_queue_short = _is_queue_short(prev.delay, running_batch, max_prefill_bs,
-                                     waiting_queue_len, config, now)
-    if is_slot_short or is_queue_short:
+    if _is_queue_short(prev.delay, running_batch, waiting_queue_len, config, now):
+        # NOTE: the queue condition never spends the skip-first bypass, nor counts passes.
+        return _delay(prev, now)
+    if config.effective_max_running_requests - running_batch < max_prefill_bs:
         if prev.is_skip_first_used:
-            return _delay(prev, now)
+            return _delay_within_pass_cap(prev, config, now)
         prev = dataclasses.replace(prev, is_skip_first_used=True)
     return _allow(prev, "no_wait" if prev.delay is None else "wait_success")
 
 
-def _is_queue_short(delay: Delay | None, running_batch: int, max_prefill_bs: int,
-                    waiting_queue_len: int, config: DelayerConfig, now: float) -> bool:
+def queue_min(running_batch: int, config: DelayerConfig) -> int:
+    """Waiting requests worth a prefill: ``int(running * ratio)``, capped by the prefill limit."""
+    threshold = int(running_batch * (config.queue_min_ratio or 0.0))
+    if config.prefill_max_requests is not None:
+        threshold = min(threshold, config.prefill_max_requests)
+    return threshold
+
+
+def _is_queue_short(delay: Delay | None, running_batch: int, waiting_queue_len: int,
+                    config: DelayerConfig, now: float) -> bool:
     """The queue condition: fewer waiting requests than worth a prefill, within the time cap."""
     if config.queue_min_ratio is None or running_batch == 0:
         return False
-    queue_min = min(int(running_batch * config.queue_min_ratio), max_prefill_bs)
-    if queue_min <= 0 or waiting_queue_len >= queue_min:
+    threshold = queue_min(running_batch, config)
+    if threshold <= 0 or waiting_queue_len >= threshold:
         return False
-    # NOTE: the wall-clock cap ends only the queue condition; the slot condition is a hard limit.
+    # NOTE: one elapsed time for every rank (shared start and now): all reach the deadline at once.
     return delay is None or (now - delay.start_time) * 1000.0 < config.max_delay_ms
 
 
@@ -201,12 +232,43 @@ class PrefillDelayer:
         self.last_decision: Decision | None = None
 
     def should_allow(self, info: RankInfo, now: float) -> bool:
-        """Decide for this pass, record the outcome, and say whether to admit now."""
-        decision = decide(self.state, (info,), self.config, now)
+        """Decide for this pass (one rank), record the outcome, and say whether to admit now."""
+        return self.negotiate((info,), now)
+
+    def negotiate(self, ranks: Sequence[RankInfo], now: float) -> bool:
+        """One decision for every rank of a DP group; whether all of them may admit now."""
+        decision = decide(self.state, ranks, self.config, now)
         self.state = decision.state
         self.last_decision = decision
         self.outcomes[decision.reason or NO_PREFILL] += 1
         return decision.allow
+
+
+class RecentPrefillBatchSizes:
+    """A rank's ``max_prefill_bs``: the largest of its latest ``window_size`` prefill attempts.
+
+    An admission counts its batch size; a pass that wanted to prefill but was delayed counts
+    ``min(waiting, free slots)`` (at least 1), what it would have admitted. Passes with nothing
+    waiting are not attempts, so decode-only stretches do not age the value.
+    """
+
+    def __init__(self, window_size: int = 16):
+        _check_at_least("window_size", window_size, 1)
+        self._sizes: deque[int] = deque(maxlen=window_size)
+
+    @property
+    def max_prefill_bs(self) -> int:
+        return max(self._sizes, default=0)
+
+    def observe_attempt(self, num_reqs: int) -> None:
+        """Record one non-empty prefill attempt of ``num_reqs`` requests."""
+        _check_at_least("num_reqs", num_reqs, 1)
+        self._sizes.append(num_reqs)
+
+
+def estimated_attempt_size(waiting_queue_len: int, num_free_slots: int) -> int:
+    """What a delayed (or empty) attempt would have admitted, for the window."""
+    return min(max(waiting_queue_len, 1), max(num_free_slots, 1))
 
 
 def _check_at_least(name: str, value: int, minimum: int) -> None:

@@ -10,6 +10,7 @@ from reference_impl import ipc
 from reference_impl.config import ServerArgs
 from reference_impl.engine import make_clock, make_engine
 from reference_impl.messages import AbortReq, GetStatsReq, TokenizedGenerateReq, ToScheduler
+from reference_impl.scheduler.dp_group import DPGroup
 from reference_impl.scheduler.scheduler import Scheduler
 from reference_impl.scheduler.token_storage import get_token_storage
 from reference_impl.tokenizer import get_tokenizer
@@ -17,11 +18,17 @@ from reference_impl.tokenizer import get_tokenizer
 _IDLE_POLL_MS = 1000
 
 
-def build_scheduler(args: ServerArgs) -> Scheduler:
-    """A scheduler with the engine, tokenizer, token storage and clock the args name."""
+def build_scheduler(args: ServerArgs) -> Scheduler | DPGroup:
+    """A scheduler with the engine, tokenizer, token storage and clock the args name.
+
+    With ``--enable-dp-attention``: a ``DPGroup`` of ``--dp-size`` lockstep ranks, all held
+    by this one process.
+    """
     tokenizer = get_tokenizer(args.tokenizer_path)
     storage = get_token_storage(args.token_storage)
     clock = make_clock(args.sim_time)
+    if args.enable_dp_attention:
+        return DPGroup(args, tokenizer, storage, clock)
     engine = make_engine(args, tokenizer, storage, clock)
     return Scheduler(args, engine, tokenizer, storage, clock)
 
@@ -40,7 +47,7 @@ def run(args: ServerArgs, ready: Callable[[], None]) -> None:
             to_detokenizer.put(output)
 
 
-def _receive(scheduler: Scheduler, inbox: ipc.PullQueue, outbox: ipc.PushQueue) -> None:
+def _receive(scheduler: Scheduler | DPGroup, inbox: ipc.PullQueue, outbox: ipc.PushQueue) -> None:
     msg = inbox.get(_IDLE_POLL_MS) if scheduler.is_idle else inbox.get_nowait()
     while msg is not None:
         if isinstance(msg, TokenizedGenerateReq):

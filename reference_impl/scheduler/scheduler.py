@@ -17,7 +17,13 @@ from reference_impl.messages import (
     TokenizedGenerateReq,
 )
 from reference_impl.scheduler.prefill_adder import PrefillAdder
-from reference_impl.scheduler.prefill_delayer import DelayerConfig, PrefillDelayer, RankInfo
+from reference_impl.scheduler.prefill_delayer import (
+    DelayerConfig,
+    PrefillDelayer,
+    RankInfo,
+    RecentPrefillBatchSizes,
+    estimated_attempt_size,
+)
 from reference_impl.scheduler.request import Req, StopChecker
 from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import Tokenizer
@@ -35,13 +41,13 @@ class Scheduler:
         self.stop_checker = StopChecker(tokenizer)
         self.max_total_tokens = min(engine.max_total_num_tokens,
                                     args.max_total_tokens or engine.max_total_num_tokens)
-        self.adder = PrefillAdder(args.max_running_requests, args.max_prefill_tokens,
-                                  self.max_total_tokens)
-        self.delayer = _make_delayer(args)
+        self.adder = PrefillAdder(args.max_running_requests_per_rank, args.max_prefill_tokens,
+                                  self.max_total_tokens, args.prefill_max_requests)
+        self.delayer = make_delayer(args)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.num_used_tokens = 0
-        self.max_prefill_bs = 0
+        self.recent_prefill_sizes = RecentPrefillBatchSizes()
         self.counts: Counter[str] = Counter()
         self._finished_early: list[Req] = []
 
@@ -73,6 +79,12 @@ class Scheduler:
         if batch is None:
             return self._build_output([])
         next_ids = self.engine.forward(batch)
+        return self.finish_step(batch, next_ids)
+
+    def finish_step(self, batch: ForwardBatch | None, next_ids: list[int]) -> BatchTokenIDOutput | None:
+        """Take a step's token ids (DP groups run the engine themselves); the outputs to stream."""
+        if batch is None:
+            return self._build_output([])
         self._process_result(batch, next_ids)
         return self._build_output(batch.reqs)
 
@@ -91,11 +103,18 @@ class Scheduler:
         )
 
     def _next_batch(self) -> ForwardBatch | None:
-        if self._prefill_allowed() and self.waiting:
-            reqs = self.adder.admit(self.waiting, len(self.running), self.num_used_tokens)
+        return self.schedule_batch(self._prefill_allowed())
+
+    def schedule_batch(self, is_prefill_allowed: bool) -> ForwardBatch | None:
+        """This pass's batch: a prefill of admitted requests if allowed and any fit, else decode."""
+        if self.waiting:
+            reqs = []
+            if is_prefill_allowed:
+                reqs = self.adder.admit(self.waiting, len(self.running), self.num_used_tokens)
+            self.recent_prefill_sizes.observe_attempt(len(reqs) or estimated_attempt_size(
+                len(self.waiting), self.adder.num_free_slots(len(self.running))))
             if reqs:
                 self.num_used_tokens += sum(r.num_reserved_tokens for r in reqs)
-                self.max_prefill_bs = max(self.max_prefill_bs, len(reqs))
                 self.running.extend(reqs)
                 self.counts["prefill_steps"] += 1
                 return ForwardBatch(is_prefill=True, reqs=reqs)
@@ -104,17 +123,24 @@ class Scheduler:
             return ForwardBatch(is_prefill=False, reqs=self.running)
         return None
 
-    def _prefill_allowed(self) -> bool:
-        if self.delayer is None:
-            return True
-        info = RankInfo(
+    @property
+    def max_prefill_bs(self) -> int:
+        return self.recent_prefill_sizes.max_prefill_bs
+
+    def rank_info(self) -> RankInfo:
+        """What this rank tells the prefill delayer this pass."""
+        return RankInfo(
             prefillable=bool(self.waiting),
             token_usage=self.num_used_tokens / self.max_total_tokens,
             running_batch=len(self.running),
             max_prefill_bs=self.max_prefill_bs,
             waiting_queue_len=len(self.waiting),
         )
-        return self.delayer.should_allow(info, self.clock.now())
+
+    def _prefill_allowed(self) -> bool:
+        if self.delayer is None:
+            return True
+        return self.delayer.should_allow(self.rank_info(), self.clock.now())
 
     def _process_result(self, batch: ForwardBatch, next_ids: list[int]) -> None:
         check = self.stop_checker.check
@@ -156,7 +182,8 @@ class Scheduler:
         self._finished_early.append(req)
 
 
-def _make_delayer(args: ServerArgs) -> PrefillDelayer | None:
+def make_delayer(args: ServerArgs) -> PrefillDelayer | None:
+    """The prefill delayer ``args`` ask for (H5), or None."""
     if not args.enable_prefill_delayer:
         return None
     return PrefillDelayer(DelayerConfig.from_server_args(args))

@@ -89,3 +89,53 @@ def test_prefill_delayer_is_consulted_and_counted(ratio):
     outcomes = scheduler.stats().prefill_delayer_outcomes
     assert sum(outcomes.values()) >= scheduler.stats().num_prefill_steps
     assert outcomes["delay"] > 0
+
+
+def test_prefill_max_requests_caps_one_prefill():
+    scheduler = build_scheduler(_args(prefill_max_requests=3))
+    for i in range(7):
+        scheduler.add_request(_req(i, max_new=50, ignore_eos=True))
+    sizes = []
+    for _ in range(3):
+        before = len(scheduler.running)
+        scheduler.step()
+        sizes.append(len(scheduler.running) - before)
+    assert sizes == [3, 3, 1]
+
+
+@pytest.mark.parametrize("ratio", [None, 0.1])
+def test_slot_only_delay_ends_by_passes_in_both_forms(ratio):
+    """8 slots, 6 running, largest recent prefill 4: the slot condition holds until a finish
+    (ratio 0.1 of 6 running is a queue threshold of 0: the slot condition acts alone)."""
+    scheduler = build_scheduler(_args(enable_prefill_delayer=True, max_running_requests=8,
+                                      prefill_max_requests=4, prefill_delayer_max_delay_passes=3,
+                                      prefill_delayer_queue_min_ratio=ratio))
+    for i in range(5):
+        scheduler.add_request(_req(i, max_new=1000, ignore_eos=True))
+    scheduler.step()
+    scheduler.step()
+    scheduler.add_request(_req(5, max_new=1000, ignore_eos=True))
+    scheduler.step()  # 8 - 5 < 4: the one-shot skip-first lets it through
+    assert len(scheduler.running) == 6
+    scheduler.add_request(_req(6, max_new=1000, ignore_eos=True))
+    got = []
+    for _ in range(3):
+        scheduler.step()
+        got.append(scheduler.delayer.last_decision.reason)
+    assert got == ["delay", "delay", "wait_timeout"]
+    assert len(scheduler.running) == 7
+
+
+def test_max_prefill_bs_is_a_window_of_recent_attempts():
+    scheduler = build_scheduler(_args(max_running_requests=64))
+    for i in range(40):
+        scheduler.add_request(_req(i, max_new=200, ignore_eos=True))
+    scheduler.step()
+    assert scheduler.max_prefill_bs == 40
+    for _ in range(30):  # decode-only passes do not age the window
+        scheduler.step()
+    assert scheduler.max_prefill_bs == 40
+    for i in range(16):
+        scheduler.add_request(_req(100 + i, max_new=200, ignore_eos=True))
+        scheduler.step()
+    assert scheduler.max_prefill_bs == 1
