@@ -17,6 +17,7 @@ import time
 
 from benchmarks.workloads.scheduler import (
     DELAYER_MODES,
+    DP_PROFILE,
     DP_SIZE,
     QUEUE_MIN_RATIO,
     PrefillDelayerRun,
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input-len", type=int, default=1000)
     parser.add_argument("--output-len", type=int, default=1000)
     parser.add_argument("--dp-size", type=int, default=DP_SIZE)
+    parser.add_argument("--sim-profile", default=DP_PROFILE,
+                        help="e.g. h100-llama-8b with --dp-size 1: one rank, cheap prefill")
     parser.add_argument("--seed", type=int, default=1234)
     return parser
 
@@ -66,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         workload = PrefillDelayerRun(
             delayer, range_ratio, concurrency, input_len=ns.input_len, output_len=ns.output_len,
             num_requests=ns.prompts_per_client * concurrency,
-            queue_min_ratio=ratio or QUEUE_MIN_RATIO, dp_size=ns.dp_size, seed=ns.seed)
+            queue_min_ratio=ratio or QUEUE_MIN_RATIO, dp_size=ns.dp_size, seed=ns.seed,
+            sim_profile=ns.sim_profile)
         start = time.perf_counter()
         result = workload.run()
         row = {"range_ratio": range_ratio, "concurrency": concurrency, "delayer": delayer}

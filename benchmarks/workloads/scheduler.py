@@ -84,11 +84,11 @@ class TokenLifecycle:
         return self._finish()
 
 
-def _delayer_args(mode: str, queue_min_ratio: float, dp_size: int):
+def _delayer_args(mode: str, queue_min_ratio: float, dp_size: int, sim_profile: str = DP_PROFILE):
     # NOTE: max_running_requests stays at its default (1,024 slots per rank), far above the
     # concurrency, so the slot condition never holds and the queue trigger is what is measured.
-    overrides = {"sim_time": "virtual", "sim_profile": DP_PROFILE, "dp_size": dp_size,
-                 "enable_dp_attention": True}
+    overrides = {"sim_time": "virtual", "sim_profile": sim_profile, "dp_size": dp_size,
+                 "enable_dp_attention": dp_size > 1}
     if mode != "off":
         overrides["enable_prefill_delayer"] = True
     if mode == "queue":
@@ -111,13 +111,13 @@ class PrefillDelayerRun:
     def __init__(self, mode: str, range_ratio: float, concurrency: int, input_len: int = 1000,
                  output_len: int = 1000, num_requests: int | None = None,
                  queue_min_ratio: float = QUEUE_MIN_RATIO, dp_size: int = DP_SIZE,
-                 seed: int = SEED):
+                 seed: int = SEED, sim_profile: str = DP_PROFILE):
         if mode not in DELAYER_MODES:
             raise ValueError(f"mode must be one of {DELAYER_MODES}, got {mode!r}")
         with history_safe():
             from reference_impl.scheduler.process import build_scheduler
 
-            self.args = _delayer_args(mode, queue_min_ratio, dp_size)
+            self.args = _delayer_args(mode, queue_min_ratio, dp_size, sim_profile)
             self._build = build_scheduler
         self.concurrency = concurrency
         self.msgs = _delayer_requests(num_requests or 4 * concurrency, input_len, output_len,
