@@ -17,6 +17,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the scenarios")
+    bench = sub.add_parser("bench", help="run the H3/H5 benchmarks behind the table (reports/bench/)")
+    bench.add_argument("--out-dir", default=str(REPORTS_DIR / "bench"))
     tab = sub.add_parser("table", help="print the reproduction table from the reports' summary.json")
     tab.add_argument("--reports-dir", default=str(REPORTS_DIR))
     run = sub.add_parser("run", help="run one scenario and write its report")
@@ -46,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.command == "list":
         for name, scenario in SCENARIOS.items():
-            print(f"{name:14s} {scenario.title()} ({', '.join(scenario.hot_paths)})")
+            print(f"{name:20s} {scenario.title()} ({', '.join(scenario.hot_paths)})")
+        return 0
+    if args.command == "bench":
+        from reports.bench import write
+
+        print(f"written to {write(Path(args.out_dir))}")
         return 0
     if args.command == "table":
         print(table(load_summaries(Path(args.reports_dir))), end="")

@@ -22,6 +22,8 @@ class Claim:
     setting_here: str
     measure: Callable[[Summaries], tuple[str, str]]
     why: str
+    measure_alt: Callable[[Summaries], tuple[str, str]] | None = None
+    setting_alt: str = ""
 
 
 def load_summaries(reports_dir: Path = REPORTS_DIR) -> Summaries:
@@ -46,24 +48,41 @@ def _times(r: float) -> str:
     return f"{r:.2f}x" if r >= 0.01 else f"1/{1 / r:,.0f}"
 
 
-def _storm_tput(s):
-    return _pair(s, "storm", "all-legacy", "all-optimized", "output_throughput", " tok/s")
+def _storm_tput_in(scenario: str):
+    def measure(s):
+        text, r = _pair(s, scenario, "all-legacy", "all-optimized", "output_throughput", " tok/s")
+        parts, ratios = [f"all: {text}"], [f"{r} (all)"]
+        for hp in ("H1", "H2"):
+            alone, r_alone = _pair(s, scenario, f"{hp}-legacy-only", "all-optimized", "output_throughput")
+            parts.append(f"{hp} alone: {alone}")
+            ratios.append(f"{r_alone} ({hp})")
+        bound = [r["name"] for r in s[scenario]["runs"] if r.get("client_bound")]
+        if bound:
+            parts.append("client-bound: " + ", ".join(bound))
+        return "; ".join(parts), "; ".join(ratios)
+    return measure
 
 
-def _storm_latency(s):
-    parts, ratios = [], []
-    for key, label in (("mean_tpot_ms", "TPOT"), ("mean_itl_ms", "mean ITL"), ("p99_itl_ms", "p99 ITL")):
-        text, r = _pair(s, "storm", "all-legacy", "all-optimized", key, " ms", 1)
-        parts.append(f"{label} {text}")
-        ratios.append(f"{label} {r}")
-    return "; ".join(parts), "; ".join(ratios)
+def _storm_latency_in(scenario: str):
+    def measure(s):
+        parts, ratios = [], []
+        for key, label in (("mean_tpot_ms", "TPOT"), ("mean_itl_ms", "mean ITL"), ("p99_itl_ms", "p99 ITL")):
+            text, r = _pair(s, scenario, "all-legacy", "all-optimized", key, " ms", 1)
+            parts.append(f"{label} {text}")
+            ratios.append(f"{label} {r}")
+        return "; ".join(parts), "; ".join(ratios)
+    return measure
 
 
 def _h3_growth(s):
     fits = s["long-output"]["cost_by_length"]
     legacy, optimized = fits["all-legacy"]["loglog_slope"], fits["all-optimized"]["loglog_slope"]
-    return (f"HTTP CPU per request vs output length, log-log slope: legacy {legacy:.2f}, "
-            f"optimized {optimized:.2f}", f"slope {legacy:.2f} (upstream ≈ 2.0)")
+    bench = {r["form"]: r["exponent"] for r in s["bench"]["h3_growth"]["rows"] if "exponent" in r}
+    return (f"chat serving layer, 2K/8K/32K tokens (bench): exponent legacy {bench['legacy']:.2f}, "
+            f"upstream #22567 {bench['upstream']:.2f}, optimized {bench['optimized']:.2f}; end to end "
+            f"(long-output, HTTP CPU per request): log-log slope legacy {legacy:.2f}, optimized "
+            f"{optimized:.2f}",
+            f"exponent {bench['legacy']:.2f} → {bench['optimized']:.2f} (upstream ≈ 2 → 1)")
 
 
 def _h3_incremental(s):
@@ -88,34 +107,31 @@ def _h4(s):
             f"{cpu[1] / cpu[0]:.2f}x scheduler CPU; {r} tput")
 
 
-def _osl_name(s, ratio, delayer, conc=None):
-    runs = s["osl-variance"]["runs"]
-    conc = conc or max(r["params"]["concurrency"] for r in runs)
-    return f"c{conc}-r{ratio}-{delayer}"
+def _h5_row(s, setting: str, ratio: float, delayer: str, conc: int = 128) -> dict:
+    rows = s["bench"]["h5_regime"][setting]["rows"]
+    return next(r for r in rows if r["range_ratio"] == ratio and r["delayer"] == delayer
+                and r["concurrency"] == conc)
 
 
-def _h5_variance(key, unit, digits=0):
+def _h5_variance_in(setting: str, key: str, unit: str, digits: int = 0):
     def measure(s):
-        return _pair(s, "osl-variance", _osl_name(s, 1.0, "delayer-off"), _osl_name(s, 0.8, "delayer-off"),
-                     key, unit, digits)
+        a, b = (_h5_row(s, setting, r, "off")[key] for r in (1.0, 0.8))
+        return f"{a:,.{digits}f} → {b:,.{digits}f}{unit} (conc 128, delayer off)", _times(b / a)
     return measure
 
 
-def _h5_steps(s):
-    steps = [_run(s, "osl-variance", _osl_name(s, r, "delayer-off"))["metrics"]["num_prefill_steps"]
-             for r in (1.0, 0.8)]
-    return f"{steps[0]:.0f} → {steps[1]:.0f} prefill steps", f"{steps[1] / steps[0]:.1f}x"
-
-
-def _h5_recovery(s):
-    concs = sorted({r["params"]["concurrency"] for r in s["osl-variance"]["runs"]})
-    parts, ratios = [], []
-    for c in concs:
-        off, on = (_run(s, "osl-variance", _osl_name(s, 0.8, d, c)) for d in ("delayer-off", "queue-trigger"))
-        ratios.append(on["loadgen"]["output_throughput"] / off["loadgen"]["output_throughput"])
-        parts.append(f"conc {c}: {ratios[-1]:.2f}x tok/s, prefill steps "
-                     f"{off['metrics']['num_prefill_steps']:.0f} → {on['metrics']['num_prefill_steps']:.0f}")
-    return "queue trigger / off at range ratio 0.8: " + "; ".join(parts), f"{min(ratios):.2f}x–{max(ratios):.2f}x"
+def _h5_recovery_in(setting: str):
+    def measure(s):
+        concs = sorted({r["concurrency"] for r in s["bench"]["h5_regime"][setting]["rows"]})
+        parts, ratios = [], []
+        for c in concs:
+            off, on = (_h5_row(s, setting, 0.8, d, c) for d in ("off", "queue"))
+            ratios.append(on["output_tok_s"] / off["output_tok_s"])
+            parts.append(f"conc {c}: {ratios[-1]:.2f}x, prefill steps {off['prefill_steps']:.0f} → "
+                         f"{on['prefill_steps']:.0f}")
+        return ("queue trigger / off at range 0.8: " + "; ".join(parts),
+                " / ".join(f"{r:.2f}x" for r in ratios))
+    return measure
 
 
 def _h6(s):
@@ -124,73 +140,67 @@ def _h6(s):
     return f"{tput}; HTTP CPU {cpu[0]:.1f} → {cpu[1]:.1f} s", f"{r} tput; {cpu[1] / cpu[0]:.2f}x CPU"
 
 
+WHY = {i: "(to be written from the measured figures)" for i in range(1, 12)}
+
+DP = "bench: python -m benchmarks.h5_regime (virtual clock), DP attention 4 ranks, gb200-moe-dp, conc 128, ISL = OSL = 1000"
+ONE_RANK = "same, one rank, h100-llama-8b"
+STORM_PD = ("storm: 2048 streams, 128/128, PD decode node (pd-decode-h100), HTTP process pinned "
+            "to its own core, client on the other")
+STORM_H100 = "storm-h100-llama-8b: as storm but one modelled H100 doing prefill and decode"
+
 CLAIMS = (
     Claim("H1+H2", "≈ +20% streaming output throughput", "PD-disaggregated SGLang, 2048 concurrent streams",
-          "storm: 2048 streams, 128/128 tokens, sim h100-llama-8b, 2 cores shared with the client",
-          _storm_tput,
-          "Here the HTTP process is not the bottleneck: it used 12.0 → 9.9 s of CPU in a 62 s run "
-          "(-17%), while the modelled H100 steps for 2048 sequences set the pace; upstream's "
-          "PD-disaggregated decode node saturates its tokenizer-manager process. The client is "
-          "flagged client-bound (event-loop lag) on 2 shared cores."),
-    Claim("H1+H2", "lower TPOT, no higher ITL", "as above", "storm, as above", _storm_latency,
-          "Holds: TPOT on par, ITL lower; the p99 ITL drop comes from H1 (H1-legacy-only keeps "
-          "9.5 s p99), H2 alone changes nothing measurable here."),
+          STORM_PD, _storm_tput_in("storm"), WHY[1],
+          _storm_tput_in("storm-h100-llama-8b"), STORM_H100),
+    Claim("H1+H2", "lower TPOT, no higher ITL", "as above", "storm, as above",
+          _storm_latency_in("storm"), WHY[2], _storm_latency_in("storm-h100-llama-8b"), STORM_H100),
     Claim("H3", "copy + join per step 1.3 µs at 331 tokens → 21.3 µs at 5,247 (O(n) per step, O(n²) per request)",
           "SGLang tokenizer manager, per-step micro-measurement",
-          "long-output: HTTP-process CPU per request at 1/8, 1/4, 1/2, 1 × 16,384 output tokens",
-          _h3_growth,
-          "Legacy is quadratic as upstream (slope above 2: with H1 legacy the starved consumers "
-          "keep thousands of queued copies alive). Optimized non-incremental stays superlinear "
-          "(1.72): ReqState.get_text joins the whole text for each emitted chunk (81% of HTTP "
-          "samples); only incremental mode is linear."),
+          "bench (one chat request through the serving layer) and long-output (HTTP CPU per request "
+          "at 1/8 .. 1 × 16,384 tokens, 16 streams, sim zero)", _h3_growth, WHY[3]),
     Claim("H3", "default streaming 2.3x slower than incremental at 16K output tokens", "Qwen3-1.7B, 4×H200 DP 4",
           "long-output: 16 streams × 16,384 tokens, sim zero profile; all-legacy and all-optimized vs optimized-incremental",
-          _h3_incremental,
-          "Same direction, far larger: the sim engine's zero profile makes the HTTP process the "
-          "only limit (upstream has real GPU steps), and the legacy run also carries H1/H2/H6."),
+          _h3_incremental, WHY[4]),
     Claim("H3", "8,004 → 14,618 output tok/s (+82.6%), TTFT 69,959 → 1,159 ms", "Qwen3-1.7B, 4×H200 DP 4, 400 prompts, rate 80, input 128, 16K outputs",
-          "long-output: H3-legacy-only and all-legacy vs all-optimized", _h3_tput,
-          "H3 alone gives 1.16x; the upstream-size effect (and the TTFT collapse: consumers starved "
-          "for the whole 127 s run) appears only with every legacy form together, where the "
-          "synchronous H1 handler never yields while it copies."),
+          "long-output: H3-legacy-only and all-legacy vs all-optimized", _h3_tput, WHY[5]),
     Claim("H4", "on par for short prompts, clear win for long prompts (tensor building)", "micro-benchmark, 2 requests, 1K/10K/100K prompt tokens, 1K decode steps",
-          "long-prompt: 4 requests × ~100,000 prompt tokens (server count), 1,024 output, 2 at a time", _h4,
-          "On par end to end, even for long prompts: the list → tensor build (~2.4 ms per 32K ids) "
-          "happens once per prefill, invisible next to 4 s of modelled prefill; the win is a "
-          "micro-benchmark one (see benchmarks/)."),
-    Claim("H5", "range ratio 0.8 gives 0.49x the output throughput of 1.0 (7,830 → 3,846 tok/s)", "conc 128, ISL = OSL = 1000, large MoE on GB200",
-          "osl-variance: conc 128, ISL = OSL = 1000, delayer off, sim h100-llama-8b",
-          _h5_variance("output_throughput", " tok/s"),
-          "No throughput loss here: one rank (no DP negotiation), a modelled prefill of 4 ms + "
-          "40 µs/token, and a run that is CPU-bound on 2 cores (2.2K of ~8K tok/s the model allows)."),
-    Claim("H5", "62x more prefill steps at range ratio 0.8", "as above", "as above", _h5_steps,
-          "Same direction, much smaller: closed-loop clients refill one request at a time in both "
-          "settings."),
-    Claim("H5", "p99 decode gap 27.6 → 396.9 ms (14x)", "as above", "as above (p99 ITL per chunk)",
-          _h5_variance("p99_itl_ms", " ms", 1),
-          "Same direction: prefills between decode steps stretch the tail."),
+          "long-prompt: 4 requests × ~100,000 prompt tokens (server count), 1,024 output, 2 at a time", _h4, WHY[6]),
+    Claim("H5", "range ratio 0.8 gives 0.49x the output throughput of 1.0 (7,830 → 3,846 tok/s)", "conc 128, ISL = OSL = 1000, large MoE on GB200, DP attention",
+          DP, _h5_variance_in("dp-attention", "output_tok_s", " tok/s"), WHY[7],
+          _h5_variance_in("one-rank-h100", "output_tok_s", " tok/s"), ONE_RANK),
+    Claim("H5", "62x more prefill steps at range ratio 0.8", "as above", "as above",
+          _h5_variance_in("dp-attention", "prefill_steps", " prefill steps"), WHY[8],
+          _h5_variance_in("one-rank-h100", "prefill_steps", " prefill steps"), ONE_RANK),
+    Claim("H5", "p99 decode gap 27.6 → 396.9 ms (14x)", "as above", "as above",
+          _h5_variance_in("dp-attention", "p99_decode_gap_ms", " ms", 1), WHY[9],
+          _h5_variance_in("one-rank-h100", "p99_decode_gap_ms", " ms", 1), ONE_RANK),
     Claim("H5", "queue trigger recovers 1.16x–1.85x output throughput at conc 16–128", "as above",
-          "osl-variance: range ratio 0.8, --prefill-delayer-queue-min-ratio 0.5 vs delayer off",
-          _h5_recovery,
-          "The trigger works as designed (about half the prefill steps) but cannot recover "
-          "throughput that was not lost here; its delays cost up to 12% at conc 16."),
+          "as above, range 0.8, --prefill-delayer-queue-min-ratio 0.1 vs delayer off, conc 16 / 64 / 128",
+          _h5_recovery_in("dp-attention"), WHY[10], _h5_recovery_in("one-rank-h100"), ONE_RANK),
     Claim("H6", "string-concat deltas O(n²) per request → integer offsets O(n) (no figure given)",
-          "SGLang chat/completions serving", "long-output: H6-legacy-only vs all-optimized", _h6,
-          "No measurable change: the O(n) per-chunk text join of H3's optimized form dominates "
-          "(see row 3), so removing the O(n) concat of H6 is lost in it."),
+          "SGLang chat/completions serving", "long-output: H6-legacy-only vs all-optimized", _h6, WHY[11]),
 )
+
+
+def _measured(measure, summaries: Summaries) -> tuple[str, str]:
+    try:
+        return measure(summaries)
+    except (KeyError, StopIteration, ZeroDivisionError, TypeError):
+        return "not run", ""
 
 
 def table(summaries: Summaries, why: dict[int, str] | None = None) -> str:
     """The markdown reproduction table; a row reads "not run" when its report is missing."""
-    lines = ["| # | hot path | upstream claim | upstream setting | measured here | setting here | ratio here | why they differ |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| # | hot path | upstream claim | upstream setting | measured here | setting here | "
+             "ratio here | second setting here (2 cores) | why they differ |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for i, claim in enumerate(CLAIMS, 1):
-        try:
-            measured, ratio = claim.measure(summaries)
-        except (KeyError, StopIteration, ZeroDivisionError, TypeError):
-            measured, ratio = "not run", ""
+        measured, ratio = _measured(claim.measure, summaries)
+        alt = ""
+        if claim.measure_alt is not None:
+            alt_measured, alt_ratio = _measured(claim.measure_alt, summaries)
+            alt = f"{alt_measured} ({alt_ratio}); {claim.setting_alt}" if alt_ratio else alt_measured
         note = (why or {}).get(i, claim.why)
         lines.append(f"| {i} | {claim.hot_path} | {claim.claim} | {claim.upstream_setting} | {measured} | "
-                     f"{claim.setting_here} | {ratio} | {note} |")
+                     f"{claim.setting_here} | {ratio} | {alt} | {note} |")
     return "\n".join(lines) + "\n"

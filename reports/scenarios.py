@@ -7,7 +7,10 @@ from dataclasses import asdict, dataclass, field
 
 SMALLEST_SCALE = 0.01
 ALL_LEGACY = ("--all-legacy",)
-QUEUE_TRIGGER = ("--enable-prefill-delayer", "--prefill-delayer-queue-min-ratio", "0.5")
+QUEUE_TRIGGER = ("--enable-prefill-delayer", "--prefill-delayer-queue-min-ratio", "0.1")
+DP_ATTENTION = ("--dp-size", "4", "--enable-dp-attention", "--sim-profile", "gb200-moe-dp")
+PD_DECODE = ("--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100")
+H100 = ("--sim-profile", "h100-llama-8b")
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,14 @@ def _forms(load: Load, common: tuple[str, ...], forms: dict[str, tuple[str, ...]
     return tuple(Run(name, (*common, *flags), load) for name, flags in forms.items())
 
 
-def _storm(scale: float) -> tuple[Run, ...]:
-    streams = scaled(2048, scale, 8)
-    load = Load(streams, streams, scaled(128, scale, 16), scaled(128, scale, 32))
-    return _forms(load, (), {"all-legacy": ALL_LEGACY, "all-optimized": (),
-                             "H1-legacy-only": ("--wakeup", "immediate"),
-                             "H2-legacy-only": ("--sse-encoder", "pydantic")})
+def _storm_in(regime: tuple[str, ...]) -> Callable[[float], tuple[Run, ...]]:
+    def build(scale: float) -> tuple[Run, ...]:
+        streams = scaled(2048, scale, 8)
+        load = Load(streams, streams, scaled(128, scale, 16), scaled(128, scale, 32))
+        return _forms(load, regime, {"all-legacy": ALL_LEGACY, "all-optimized": (),
+                                     "H1-legacy-only": ("--wakeup", "immediate"),
+                                     "H2-legacy-only": ("--sse-encoder", "pydantic")})
+    return build
 
 
 def _long_output(scale: float) -> tuple[Run, ...]:
@@ -115,7 +120,8 @@ def _osl_variance(scale: float) -> tuple[Run, ...]:
             load = Load(streams, 2 * streams, length, length, ratio)
             for delayer, flags in (("delayer-off", ()), ("queue-trigger", QUEUE_TRIGGER)):
                 params = {"concurrency": streams, "range_ratio": ratio, "delayer": delayer}
-                runs.append(Run(f"c{streams}-r{ratio}-{delayer}", flags, load, params))
+                runs.append(Run(f"c{streams}-r{ratio}-{delayer}", (*DP_ATTENTION, *flags), load,
+                                params))
     return tuple(runs)
 
 
@@ -126,10 +132,18 @@ def _torch(scale: float) -> tuple[Run, ...]:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("storm", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens", ("H1", "H2", "H6"),
-             "Every stream starts at once (concurrency = prompts), 128 input / 128 output tokens, "
-             "ignore_eos, sim engine h100-llama-8b. H1 (wake-ups) and H2 (SSE encoding) toggled "
-             "alone; all-legacy also carries H3 copy and H6 concat.", _storm),
+    Scenario("storm", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, PD decode node",
+             ("H1", "H2", "H6"),
+             "Upstream's H1+H2 setting: a PD-disaggregated decode node (--disaggregation-mode decode, "
+             "sim profile pd-decode-h100: KV arrives from a prefill node, no prefill compute, a decode "
+             "step short enough that the HTTP process limits throughput). Every stream starts at once "
+             "(concurrency = prompts), ignore_eos. H1 (wake-ups) and H2 (SSE encoding) toggled alone; "
+             "all-legacy also carries H3 copy and H6 concat.", _storm_in(PD_DECODE)),
+    Scenario("storm-h100-llama-8b", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, one H100",
+             ("H1", "H2", "H6"),
+             "The storm on one modelled H100 serving an 8B model (sim profile h100-llama-8b: prefill "
+             "and decode on the same node), where the model's steps, not the HTTP process, set the "
+             "pace.", _storm_in(H100)),
     Scenario("long-output", "{output_len}-token outputs, default non-incremental streaming", ("H3", "H6"),
              "Few streams with 16,384 output tokens each, default (non-incremental) streaming, sim "
              "engine with the zero profile so the CPU pipeline sets the pace (as a small model on a "
@@ -144,9 +158,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "h100-llama-8b; the scheduler process holds the token ids (list vs array('q')).",
              _long_prompt, ("throughput", "itl", "cpu")),
     Scenario("osl-variance", "output-length variance and the prefill delayer, ISL = OSL = {input_len}", ("H5",),
-             "Input = output = 1000 tokens with range ratio 1.0 or 0.8, prefill delayer off or on "
-             "with the queue trigger (--prefill-delayer-queue-min-ratio 0.5), concurrency 16 / 64 / "
-             "128 with twice as many prompts, sim engine h100-llama-8b.", _osl_variance,
+             "Upstream's H5 regime: DP attention over 4 lockstep ranks (--dp-size 4 "
+             "--enable-dp-attention, sim profile gb200-moe-dp: an extend on any rank makes every rank "
+             "run an eager ~250 ms step). Input = output = 1000 tokens with range ratio 1.0 or 0.8, "
+             "prefill delayer off or on with the queue trigger (--prefill-delayer-queue-min-ratio "
+             "0.1, upstream's default), concurrency 16 / 64 / 128 with twice as many prompts.",
+             _osl_variance,
              ("osl",)),
     Scenario("torch", "torch engine, {concurrency} streams, {input_len}/{output_len} tokens", ("H1", "H2", "H3", "H4", "H6"),
              "The torch engine (embedded small Llama, seeded weights) on whatever device is "

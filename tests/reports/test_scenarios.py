@@ -44,7 +44,8 @@ def test_run_names_are_unique_and_first_run_is_a_baseline(name, scale):
 
 def test_default_scale_matches_the_issue():
     storm = SCENARIOS["storm"].runs(1.0)
-    assert storm[0].load.concurrency == 2048 and storm[0].flags == ALL_LEGACY
+    assert storm[0].load.concurrency == 2048 and storm[0].flags[-1:] == ALL_LEGACY
+    assert all(r.flags[:2] == ("--disaggregation-mode", "decode") for r in storm)
     assert {r.name for r in storm} == {"all-legacy", "all-optimized", "H1-legacy-only", "H2-legacy-only"}
     long_output = [r for r in SCENARIOS["long-output"].runs(1.0) if not r.params.get("sweep")]
     assert {r.load.output_len for r in long_output} == {16384}
@@ -54,6 +55,7 @@ def test_default_scale_matches_the_issue():
     assert {r.params["concurrency"] for r in osl} == {16, 64, 128}
     assert {r.load.range_ratio for r in osl} == {1.0, 0.8}
     assert all("--prefill-delayer-queue-min-ratio" in r.flags for r in osl if r.params["delayer"] == "queue-trigger")
+    assert all("--enable-dp-attention" in r.flags for r in osl)
     torch = SCENARIOS["torch"].runs(1.0)
     assert all(r.flags[:4] == ("--engine", "torch", "--device", "auto") for r in torch)
 
