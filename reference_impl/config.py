@@ -172,6 +172,8 @@ class ServerArgs:
             value = getattr(self, hp.field)
             is_legacy = value is None if hp.id == "H5" else value == hp.legacy
             forms[hp.id] = "legacy" if is_legacy else value if value in hp.variants else "optimized"
+        if not self.enable_prefill_delayer:
+            forms["H5"] = "off (no --enable-prefill-delayer)"
         return forms
 
     def all_legacy(self) -> ServerArgs:
