@@ -37,6 +37,7 @@ ENGINES = ("sim", "torch")
 SIM_TIMES = ("real", "virtual")
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+DISAGGREGATION_MODES = ("null", "decode")
 SIM_CONTEXT_LENGTH = 131072
 EMBEDDED_MODEL_CONTEXT_LENGTH = 8192
 
@@ -69,6 +70,10 @@ class ServerArgs:
     max_total_tokens: int | None = None
     max_n: int = 16
     stream_interval: int = 1
+    # PD disaggregation: "decode" models a decode node whose requests' KV comes from a prefill node
+    disaggregation_mode: str = "null"
+    disaggregation_transfer_ms: float = 6.0
+    disaggregation_transfer_per_token_us: float = 42.0
     # H1: batched wake-ups
     wakeup: str = "batched"
     batch_notify_size: int = 16
@@ -101,6 +106,7 @@ class ServerArgs:
         _check_choice("sim_time", self.sim_time, SIM_TIMES)
         _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
+        self._check_disaggregation()
         for hp in HOT_PATHS:
             if hp.id != "H5":
                 _check_choice(hp.field, getattr(self, hp.field), (hp.legacy, hp.optimized))
@@ -120,6 +126,17 @@ class ServerArgs:
         watermark = self.prefill_delayer_token_usage_low_watermark
         if watermark is not None and not (0 <= watermark <= 1):
             raise ValueError(f"prefill_delayer_token_usage_low_watermark must be in [0, 1], got {watermark}")
+
+    def _check_disaggregation(self) -> None:
+        _check_choice("disaggregation_mode", self.disaggregation_mode, DISAGGREGATION_MODES)
+        for name in ("disaggregation_transfer_ms", "disaggregation_transfer_per_token_us"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.disaggregation_mode == "decode":
+            if self.engine != "sim":
+                raise ValueError("disaggregation_mode 'decode' needs the sim engine (no KV to receive)")
+            if self.enable_prefill_delayer:
+                raise ValueError("a decode node runs no prefill: drop enable_prefill_delayer")
 
     def _default_model_name(self) -> str:
         if self.model_path is not None:
@@ -193,6 +210,13 @@ _HELP = {
                         "engine's KV pool size.",
     "max_n": "Largest accepted 'n' (choices per request).",
     "stream_interval": "Send streaming outputs every N decode steps.",
+    "disaggregation_mode": "PD disaggregation role: 'null' (aggregated) or 'decode' (a decode node: "
+                           "each request's KV and first token arrive from a modelled prefill node "
+                           "after a delay; no prefill compute here).",
+    "disaggregation_transfer_ms": "[decode] Fixed part of the modelled delay from KV preallocation "
+                                  "to the KV landing (the prefill node's step plus the handshake).",
+    "disaggregation_transfer_per_token_us": "[decode] Per-prompt-token part of that delay (the "
+                                            "prefill node's compute plus the RDMA copy).",
     "wakeup": "[H1, sglang#22658] 'immediate' sets every waiting stream's event at once (legacy); "
               "'batched' sets events in groups and yields between groups.",
     "batch_notify_size": "[H1] Requests per wake-up group in the batched form (0 or 1: every request).",
@@ -237,6 +261,8 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             kwargs["choices"] = DEVICES
         elif f.name == "dtype":
             kwargs["choices"] = DTYPES
+        elif f.name == "disaggregation_mode":
+            kwargs["choices"] = DISAGGREGATION_MODES
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--all-legacy", action="store_true",
                         help="Select the legacy form of every hot path (H1-H6) at once.")
