@@ -44,6 +44,7 @@ ENGINES = ("sim", "torch")
 SIM_TIMES = ("real", "virtual")
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+DISAGGREGATION_MODES = ("null", "decode")
 SIM_CONTEXT_LENGTH = 131072
 EMBEDDED_MODEL_CONTEXT_LENGTH = 8192
 
@@ -80,6 +81,10 @@ class ServerArgs:
     # Data parallelism (sim engine only): N lockstep scheduler ranks behind a round-robin router.
     dp_size: int = 1
     enable_dp_attention: bool = False
+    # PD disaggregation: "decode" models a decode node whose requests' KV comes from a prefill node
+    disaggregation_mode: str = "null"
+    disaggregation_transfer_ms: float = 6.0
+    disaggregation_transfer_per_token_us: float = 42.0
     # H1: batched wake-ups
     wakeup: str = "batched"
     batch_notify_size: int = 16
@@ -112,6 +117,7 @@ class ServerArgs:
         _check_choice("sim_time", self.sim_time, SIM_TIMES)
         _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
+        self._check_disaggregation()
         for hp in HOT_PATHS:
             if hp.id != "H5":
                 _check_choice(hp.field, getattr(self, hp.field), hp.choices)
@@ -141,6 +147,19 @@ class ServerArgs:
             raise ValueError("dp_size > 1 is modelled only with --enable-dp-attention")
         if self.enable_dp_attention and self.engine != "sim":
             raise ValueError("--enable-dp-attention needs the sim engine")
+
+    def _check_disaggregation(self) -> None:
+        _check_choice("disaggregation_mode", self.disaggregation_mode, DISAGGREGATION_MODES)
+        for name in ("disaggregation_transfer_ms", "disaggregation_transfer_per_token_us"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.disaggregation_mode == "decode":
+            if self.engine != "sim":
+                raise ValueError("disaggregation_mode 'decode' needs the sim engine (no KV to receive)")
+            if self.enable_prefill_delayer:
+                raise ValueError("a decode node runs no prefill: drop enable_prefill_delayer")
+            if self.dp_size > 1:
+                raise ValueError("a decode node with --dp-size > 1 is not modelled")
 
     def _default_model_name(self) -> str:
         if self.model_path is not None:
@@ -227,6 +246,13 @@ _HELP = {
                "process behind a round-robin router (needs --enable-dp-attention).",
     "enable_dp_attention": "[sim] DP attention: an extend on any rank makes every rank run an "
                            "eager step; the prefill delayer negotiates over all ranks.",
+    "disaggregation_mode": "PD disaggregation role: 'null' (aggregated) or 'decode' (a decode node: "
+                           "each request's KV and first token arrive from a modelled prefill node "
+                           "after a delay; no prefill compute here).",
+    "disaggregation_transfer_ms": "[decode] Fixed part of the modelled delay from KV preallocation "
+                                  "to the KV landing (the prefill node's step plus the handshake).",
+    "disaggregation_transfer_per_token_us": "[decode] Per-prompt-token part of that delay (the "
+                                            "prefill node's compute plus the RDMA copy).",
     "wakeup": "[H1, sglang#22658] 'immediate' sets every waiting stream's event at once (legacy); "
               "'batched' sets events in groups and yields between groups.",
     "batch_notify_size": "[H1] Requests per wake-up group in the batched form (0 or 1: every request).",
@@ -273,6 +299,8 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             kwargs["choices"] = DEVICES
         elif f.name == "dtype":
             kwargs["choices"] = DTYPES
+        elif f.name == "disaggregation_mode":
+            kwargs["choices"] = DISAGGREGATION_MODES
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--all-legacy", action="store_true",
                         help="Select the legacy form of every hot path (H1-H6) at once.")

@@ -90,6 +90,8 @@ class SchedulerStats(msgspec.Struct, tag=True):
     num_decode_steps: int
     num_generated_tokens: int
     prefill_delayer_outcomes: dict[str, int]
+    num_transferring_reqs: int = 0
+    num_kv_transfers: int = 0
 
 
 ToScheduler = TokenizedGenerateReq | AbortReq | GetStatsReq

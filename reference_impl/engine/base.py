@@ -14,10 +14,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class ForwardBatch:
-    """One engine step: a prefill (extend) of new requests, or a decode of running ones."""
+    """One engine step: a prefill (extend) of new requests, or a decode of running ones.
+
+    On a PD decode node a *prebuilt* batch stands in for the prefill: the requests' KV and
+    first tokens came from the prefill node, so the engine runs no model for it.
+    """
 
     is_prefill: bool
     reqs: Sequence[Req]
+    is_prebuilt: bool = False
 
     @property
     def num_reqs(self) -> int:

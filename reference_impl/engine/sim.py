@@ -61,6 +61,12 @@ PROFILES: dict[str, LatencyProfile] = {
     # One H100 serving an 8B model in bf16: decode reads 16 GB of weights (~5 ms at 3.35 TB/s)
     # plus 128 KiB of KV per cached token; prefill runs near 25k tokens/s.
     "h100-llama-8b": LatencyProfile(4e-3, 40e-6, 6e-3, 8e-6, 4e-8),
+    # A PD decode node: one H100 SXM, Llama-3.1-8B bf16 weights, fp8 KV (64 KiB per token).
+    # decode: ~6 ms fixed (16 GB of weights at 3.35 TB/s plus launch and sampling), 25 us per
+    # sequence (16 GFLOP per token at 65% of 989 TFLOPS), 24 ns per KV token (64 KiB at 80% of
+    # 3.35 TB/s). 2048 sequences x 256 KV tokens: 6 + 51 + 13 = 70 ms a step, ~29K output tok/s.
+    # Prefill as h100-llama-8b (a decode node runs none; see scheduler/disaggregation.py).
+    "pd-decode-h100": LatencyProfile(4e-3, 40e-6, 6e-3, 25e-6, 2.4e-8),
     # No modelled time at all: the scheduler runs as fast as its CPU allows.
     "zero": LatencyProfile(0.0, 0.0, 0.0, 0.0, 0.0),
     # A large MoE (upstream's H5 figures: Qwen3.5-397B-A17B-FP8 on one 4-GPU GB200 tray) with
@@ -116,6 +122,8 @@ class SimEngine(Engine):
         self._streams: dict[str, SimStream] = {}
 
     def forward(self, batch: ForwardBatch) -> list[int]:
+        if batch.is_prebuilt:
+            return self._prebuilt(batch)
         duration = self.profile.batch_time(batch)
         next_ids = self.run(batch)
         self._clock.sleep(duration)
@@ -123,6 +131,8 @@ class SimEngine(Engine):
 
     def run(self, batch: ForwardBatch) -> list[int]:
         """The step's token ids without waiting out its time (a DP group waits for all ranks)."""
+        if batch.is_prebuilt:
+            return self._prebuilt(batch)
         if batch.is_prefill:
             # (sum of prompt lens,) int64: what a GPU engine copies to the device
             self._storage.to_tensor([r.fill_ids for r in batch.reqs])
@@ -131,6 +141,14 @@ class SimEngine(Engine):
         else:
             # (batch,) int64: each request's last token
             torch.tensor([r.output_ids[-1] for r in batch.reqs], dtype=torch.int64)
+        return [self._streams[r.rid].next_token(r.sampling.ignore_eos) for r in batch.reqs]
+
+    def _prebuilt(self, batch: ForwardBatch) -> list[int]:
+        """A PD decode node's handoff: no model time; each first token is the prefill node's."""
+        # (sum of prompt lens,) int64: built as upstream's prepare_for_prebuilt does, no forward
+        self._storage.to_tensor([r.fill_ids for r in batch.reqs])
+        for req in batch.reqs:
+            self._streams[req.rid] = SimStream(self._stream_seed(req), self._word_ids, self._eos)
         return [self._streams[r.rid].next_token(r.sampling.ignore_eos) for r in batch.reqs]
 
     def release(self, req) -> None:

@@ -16,6 +16,7 @@ from reference_impl.messages import (
     SchedulerStats,
     TokenizedGenerateReq,
 )
+from reference_impl.scheduler.disaggregation import DecodeNode
 from reference_impl.scheduler.prefill_adder import PrefillAdder
 from reference_impl.scheduler.prefill_delayer import (
     DelayerConfig,
@@ -44,6 +45,8 @@ class Scheduler:
         self.adder = PrefillAdder(args.max_running_requests_per_rank, args.max_prefill_tokens,
                                   self.max_total_tokens, args.prefill_max_requests)
         self.delayer = make_delayer(args)
+        self.decode_node = (DecodeNode(args, clock, self.max_total_tokens)
+                            if args.disaggregation_mode == "decode" else None)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.num_used_tokens = 0
@@ -53,7 +56,12 @@ class Scheduler:
 
     @property
     def is_idle(self) -> bool:
-        return not (self.waiting or self.running or self._finished_early)
+        return not (self.waiting or self.running or self._finished_early or self.num_transferring)
+
+    @property
+    def num_transferring(self) -> int:
+        """Requests whose KV is in flight from a prefill node (PD decode mode only)."""
+        return self.decode_node.num_transferring if self.decode_node else 0
 
     def add_request(self, msg: TokenizedGenerateReq) -> None:
         req = Req(msg, self.storage, self.stop_checker.tail_window(msg.sampling.stop))
@@ -63,7 +71,11 @@ class Scheduler:
             self._finish_early(req, FinishReason("abort", "request needs more KV tokens than the cache has"))
 
     def abort(self, rid: str) -> None:
-        """Drop a waiting or running request now and free its budget."""
+        """Drop a waiting, transferring or running request now and free its budget."""
+        if self.decode_node is not None and (req := self.decode_node.abort(rid)) is not None:
+            self._release(req)
+            self._finish_early(req, FinishReason("abort"))
+            return
         for queue in (self.waiting, self.running):
             for req in queue:
                 if req.rid == rid:
@@ -100,9 +112,13 @@ class Scheduler:
             num_decode_steps=self.counts["decode_steps"],
             num_generated_tokens=self.counts["generated_tokens"],
             prefill_delayer_outcomes=outcomes,
+            num_transferring_reqs=self.num_transferring,
+            num_kv_transfers=self.decode_node.transfers.num_landed if self.decode_node else 0,
         )
 
     def _next_batch(self) -> ForwardBatch | None:
+        if self.decode_node is not None:
+            return self.decode_node.next_batch(self)
         return self.schedule_batch(self._prefill_allowed())
 
     def schedule_batch(self, is_prefill_allowed: bool) -> ForwardBatch | None:

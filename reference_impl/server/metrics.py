@@ -35,6 +35,10 @@ class ServerMetrics:
         self.token_usage = Gauge(_PREFIX + "token_usage", "Fraction of KV tokens held.", registry=r)
         self.prefill_steps = Gauge(_PREFIX + "num_prefill_steps", "Prefill steps run.", registry=r)
         self.decode_steps = Gauge(_PREFIX + "num_decode_steps", "Decode steps run.", registry=r)
+        self.transferring = Gauge(_PREFIX + "num_transferring_reqs",
+                                  "PD decode node: requests whose KV is in flight.", registry=r)
+        self.kv_transfers = Gauge(_PREFIX + "num_kv_transfers",
+                                  "PD decode node: KV transfers landed.", registry=r)
         self.delayer = Gauge(_PREFIX + "prefill_delayer_outcomes", "Prefill delayer decisions by reason.",
                              ["reason"], registry=r)
 
@@ -63,6 +67,8 @@ class ServerMetrics:
             self.token_usage.set(stats.num_used_tokens / max(1, stats.max_total_tokens))
             self.prefill_steps.set(stats.num_prefill_steps)
             self.decode_steps.set(stats.num_decode_steps)
+            self.transferring.set(stats.num_transferring_reqs)
+            self.kv_transfers.set(stats.num_kv_transfers)
             for reason, count in stats.prefill_delayer_outcomes.items():
                 self.delayer.labels(reason or "none").set(count)
         return generate_latest(self.registry)
