@@ -66,6 +66,7 @@ class _Truth:
 
 
 class _Request(msgspec.Struct):
+    prompt: str | list[int] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     stream: bool = False
@@ -187,6 +188,8 @@ class ScriptedServer:
         fault = self.script.faults[self.truth.num_requests % len(self.script.faults)]
         self.truth.num_requests += 1
         n = self.script.num_tokens or req.max_completion_tokens or req.max_tokens or 16
+        # NOTE: a text prompt counts as its /tokenize length (bytes); anything else as scripted.
+        prompt_tokens = len(req.prompt.encode()) if isinstance(req.prompt, str) else self.script.prompt_tokens
         if fault == "hang":
             return
         if fault == "http_500":
@@ -194,28 +197,28 @@ class ScriptedServer:
             return
         usage = bool(req.stream_options and req.stream_options.get("include_usage"))
         if not req.stream:
-            self._answer_whole(conn, is_chat, n, arrived)
+            self._answer_whole(conn, is_chat, n, arrived, prompt_tokens)
             return
         loop = asyncio.get_running_loop()
         if fault == "endless":
             conn.write(_SSE_HEAD)
             _endless(conn)
             return
-        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived)
+        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens)
         if fault == "close_delimited":
             conn.write(_CLOSE_HEAD + (_ROLE_CHUNK if is_chat else b""))
         else:
             conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
         loop.call_at(loop.time() + self.script.ttft_ms / 1e3, stream.step)
 
-    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int) -> None:
+    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int, prompt_tokens: int) -> None:
         async def later() -> None:
             await asyncio.sleep((self.script.ttft_ms + self.script.gap_ms * (n - 1)) / 1e3)
             text = " tok" * n
             choice = {"index": 0, "finish_reason": "length"}
             choice.update({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})
-            usage = {"prompt_tokens": self.script.prompt_tokens, "completion_tokens": n,
-                     "total_tokens": self.script.prompt_tokens + n}
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                     "total_tokens": prompt_tokens + n}
             self.truth.ttft_ns.append(time.perf_counter_ns() - arrived)
             conn.write(_json_response("200 OK", {"id": "c", "choices": [choice], "usage": usage}))
 
@@ -225,8 +228,9 @@ class ScriptedServer:
 class _Stream:
     """One streaming response, written by timer callbacks (no coroutine per stream)."""
 
-    def __init__(self, server, conn, is_chat, n, usage, fault, arrived) -> None:
+    def __init__(self, server, conn, is_chat, n, usage, fault, arrived, prompt_tokens) -> None:
         self.server, self.conn, self.is_chat = server, conn, is_chat
+        self.prompt_tokens = prompt_tokens
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
         self.last_ns = 0
@@ -287,13 +291,12 @@ class _Stream:
         return self.conn.write(_chunked(events) + (b"0\r\n\r\n" if is_last else b""))
 
     def _finish(self) -> None:
-        script = self.server.script
         fin = {"index": 0, "finish_reason": "length"}
         fin.update({"delta": {}} if self.is_chat else {"text": ""})
         out = [b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
         if self.usage:
-            usage = {"prompt_tokens": script.prompt_tokens, "completion_tokens": self.n,
-                     "total_tokens": script.prompt_tokens + self.n}
+            usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
+                     "total_tokens": self.prompt_tokens + self.n}
             out.append(b"data: " + msgspec.json.encode({"id": "c", "choices": [], "usage": usage}) + b"\n\n")
         out.append(_DONE)
         self._send(b"".join(out), is_last=True)
