@@ -2,8 +2,7 @@
 
 Used by the tests and by `python -m loadgen.selfbench`. It speaks just enough HTTP/1.1 (httptools)
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
-`/stats`. Every content chunk is
-one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
+`/stats`. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
 every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood"). `faults` cycles over the
 requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed" (a broken SSE
 event), "hang" (never answers: the client's timeout fires), and three valid but awkward forms:
