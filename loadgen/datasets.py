@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from loadgen.lengths import FileTokenizer, fit_to_len
 
+SERVER_FIT_THREADS = 8
 _WORDS = (
     "the of and to in is was for on that with as by at from his it an were are which this be "
     "have had one not but all new first two may been time would after can more other when city "
@@ -110,14 +112,22 @@ def _text_of_len(rng: random.Random, num_tokens: int, tokenizer) -> tuple[str, i
     return text, real_len, True
 
 
+def _texts_of_len(rng: random.Random, lengths: list[int], tokenizer) -> list[tuple[str, int, bool]]:
+    """One text per length; through a server tokenizer, several fits run at once (round trips)."""
+    if tokenizer is None or isinstance(tokenizer, FileTokenizer):
+        return [_text_of_len(rng, n, tokenizer) for n in lengths]
+    # NOTE: each prompt gets its own seeded generator, so the result does not depend on the order
+    # in which the threads finish.
+    seeds = [rng.getrandbits(64) for _ in lengths]
+    with ThreadPoolExecutor(SERVER_FIT_THREADS) as pool:
+        return list(pool.map(lambda n, seed: _text_of_len(random.Random(seed), n, tokenizer), lengths, seeds))
+
+
 def _random_text(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
     ins = sample_lengths(rng, cfg.random_input_len, cfg.random_range_ratio, cfg.num_prompts)
     outs = sample_lengths(rng, cfg.random_output_len, cfg.random_range_ratio, cfg.num_prompts)
-    prompts = []
-    for n_in, n_out in zip(ins, outs, strict=True):
-        text, real_len, exact = _text_of_len(rng, n_in, tokenizer)
-        prompts.append(Prompt(text, real_len, n_out, exact))
-    return prompts
+    texts = _texts_of_len(rng, ins, tokenizer)
+    return [Prompt(text, real_len, n_out, exact) for (text, real_len, exact), n_out in zip(texts, outs, strict=True)]
 
 
 def _random_ids(cfg: DatasetConfig, rng: random.Random) -> list[Prompt]:
@@ -159,10 +169,10 @@ def _sharegpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]
 
 
 def _shared_prefix(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
-    prefixes = [_text_of_len(rng, cfg.shared_prefix_len, tokenizer) for _ in range(cfg.shared_prefix_groups)]
+    prefixes = _texts_of_len(rng, [cfg.shared_prefix_len] * cfg.shared_prefix_groups, tokenizer)
+    questions = _texts_of_len(rng, [cfg.random_input_len] * cfg.num_prompts, tokenizer)
     prompts = []
-    for i in range(cfg.num_prompts):
+    for i, (question, q_len, _) in enumerate(questions):
         prefix, prefix_len, exact = prefixes[i % cfg.shared_prefix_groups]
-        question, q_len, _ = _text_of_len(rng, cfg.random_input_len, tokenizer)
         prompts.append(Prompt(prefix + "\n" + question, prefix_len + q_len, cfg.random_output_len, exact))
     return prompts
