@@ -43,10 +43,11 @@ class ServerTokenizer:
 
     def __init__(self, base_url: str, headers: dict, timeout_s: float) -> None:
         self.client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self.extra: dict = {"add_special_tokens": False}
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text` as the server counts them, without special tokens."""
-        r = self.client.post("/tokenize", json={"prompt": text, "add_special_tokens": False})
+        """Token ids of `text` as the server counts them (without special tokens where it can)."""
+        r = self.client.post("/tokenize", json={"prompt": text, **self.extra})
         r.raise_for_status()
         return r.json()["tokens"]
 
@@ -65,7 +66,13 @@ def probe_server(base_url: str, headers: dict, timeout_s: float) -> tuple[Server
     """A working ServerTokenizer, or None and why not (one round trip of each endpoint)."""
     tok = ServerTokenizer(base_url, headers, timeout_s)
     try:
-        ids = tok.encode("hello world")
+        try:
+            ids = tok.encode("hello world")
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code not in (400, 422):
+                raise
+            tok.extra = {}  # a server that rejects vLLM's add_special_tokens field
+            ids = tok.encode("hello world")
         if not isinstance(ids, list) or not isinstance(tok.decode(ids), str):
             raise ValueError("unexpected response shape")
     except httpx.HTTPStatusError as exc:
