@@ -107,10 +107,11 @@ async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int)
         return
     chunks, stamps, num_bytes = raw.chunks, raw.stamps, 0
     async for data in response.aiter_raw():
-        stamps.append(time.perf_counter_ns())
+        stamp = time.perf_counter_ns()
         num_bytes += len(data)
         if num_bytes > max_bytes:
             raise ResponseTooLarge(too_large_message(max_bytes))
+        stamps.append(stamp)
         chunks.append(data)
 
 
