@@ -1,7 +1,8 @@
 """One httpx client per worker, request bodies built before the run, and one request's send/read.
 
 The read path only stamps and keeps bytes; parsing waits until the request (or the run) is over.
-Errors are classed: `http_<status>`, `timeout`, `connection`, `malformed_sse`, `other`.
+Errors are classed: `http_<status>`, `timeout`, `connection`, `malformed_sse`, `too_large` (a body
+past `--max-response-bytes`, cut while it was read), `other`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from loadgen.config import RunConfig
 from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
 from loadgen.sse import MalformedSSE, parse_stream, parse_whole
-from loadgen.transport import BODY_EXTENSION, LeanTransport
+from loadgen.transport import BODY_EXTENSION, LeanTransport, ResponseTooLarge, too_large_message
 
 _encode = msgspec.json.Encoder().encode
 
@@ -26,7 +27,8 @@ def make_client(cfg: RunConfig, num_connections: int) -> httpx.AsyncClient:
     """The worker's client: keep-alive pool sized to at least its share of the concurrency."""
     headers = {"content-type": "application/json", **cfg.headers}
     if cfg.transport == "lean":
-        transport = LeanTransport(max_keepalive=max(num_connections, 1))
+        transport = LeanTransport(max_keepalive=max(num_connections, 1),
+                                  max_body_bytes=cfg.max_response_bytes)
     else:
         limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
         transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
@@ -78,7 +80,9 @@ async def send_one(client: httpx.AsyncClient, cfg: RunConfig, request: httpx.Req
                 text = (await response.aread())[:300].decode(errors="replace")
                 _fail(rec, f"http_{response.status_code}", f"HTTP {response.status_code}: {text}")
                 return
-            await _read_body(response, raw)
+            await _read_body(response, raw, cfg.max_response_bytes)
+    except ResponseTooLarge as exc:
+        _fail(rec, "too_large", str(exc))
     except TimeoutError:
         _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
     except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
@@ -89,19 +93,25 @@ async def send_one(client: httpx.AsyncClient, cfg: RunConfig, request: httpx.Req
         _fail(rec, "other", f"{type(exc).__name__}: {exc}")
     finally:
         rec.end_ns = time.perf_counter_ns()
+        if rec.error_class is not None:
+            raw.chunks, raw.stamps = [], []
         if response is not None:
             await response.aclose()
 
 
-async def _read_body(response: httpx.Response, raw: RawResponse) -> None:
+async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int) -> None:
     stamped = response.extensions.get(BODY_EXTENSION)
     if stamped is not None:
         await stamped.complete()
         raw.chunks, raw.stamps = stamped.chunks, stamped.stamps
         return
-    chunks, stamps = raw.chunks, raw.stamps
+    chunks, stamps, num_bytes = raw.chunks, raw.stamps, 0
     async for data in response.aiter_raw():
-        stamps.append(time.perf_counter_ns())
+        stamp = time.perf_counter_ns()
+        num_bytes += len(data)
+        if num_bytes > max_bytes:
+            raise ResponseTooLarge(too_large_message(max_bytes))
+        stamps.append(stamp)
         chunks.append(data)
 
 

@@ -1,16 +1,21 @@
 """Prompt datasets: random text, random token ids, ShareGPT JSON files, shared-prefix groups. Seeded.
 
-With a local `tokenizer.json` the input lengths are exact token counts; without one, text prompts
-are built from common one-token English words, `input_len` is the nominal length, and the server's
-usage figures give the real one.
+Given a tokenizer (a local `tokenizer.json`, or the target's `/tokenize`: see loadgen/lengths.py)
+the input lengths are exact token counts; without one, text prompts are built from common English
+words, one word counted as one token, `input_len` is that estimate, and the server's usage figures
+give the real count.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from loadgen.lengths import FileTokenizer, fit_to_len
+
+SERVER_FIT_THREADS = 8
 _WORDS = (
     "the of and to in is was for on that with as by at from his it an were are which this be "
     "have had one not but all new first two may been time would after can more other when city "
@@ -42,6 +47,7 @@ class DatasetConfig:
     shared_prefix_groups: int = 8
     shared_prefix_len: int = 512
     tokenizer_path: str | None = None
+    use_server_tokenize: bool = True
     vocab_size: int = 32000
     seed: int = 1
 
@@ -69,10 +75,14 @@ def load_tokenizer(path: str | None):
     return Tokenizer.from_file(path)
 
 
-def build_prompts(cfg: DatasetConfig) -> list[Prompt]:
-    """The dataset's prompts, deterministic for a given seed."""
+def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
+    """The dataset's prompts, deterministic for a given seed (and tokenizer).
+
+    `tokenizer` (FileTokenizer or ServerTokenizer) fits text prompts to exact lengths; by default
+    the `tokenizer_path` file is used when given, else lengths are estimates."""
     rng = random.Random(cfg.seed)
-    tokenizer = load_tokenizer(cfg.tokenizer_path)
+    if tokenizer is None and cfg.tokenizer_path is not None:
+        tokenizer = FileTokenizer(cfg.tokenizer_path)
     if cfg.name == "random":
         return _random_text(cfg, rng, tokenizer)
     if cfg.name == "random-ids":
@@ -84,25 +94,40 @@ def build_prompts(cfg: DatasetConfig) -> list[Prompt]:
     raise ValueError(f"unknown dataset {cfg.name!r}")
 
 
+def _words(rng: random.Random, num: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(num))
+
+
 def _text_of_len(rng: random.Random, num_tokens: int, tokenizer) -> tuple[str, int, bool]:
     if tokenizer is None:
-        return " ".join(rng.choice(_WORDS) for _ in range(num_tokens)), num_tokens, False
-    vocab = tokenizer.get_vocab_size()
-    ids = [rng.randrange(vocab) for _ in range(num_tokens)]
-    text = tokenizer.decode(ids)
-    ids = tokenizer.encode(text, add_special_tokens=False).ids[:num_tokens]
-    text = tokenizer.decode(ids)
-    return text, len(tokenizer.encode(text, add_special_tokens=False).ids), True
+        return _words(rng, num_tokens), num_tokens, False
+    if isinstance(tokenizer, FileTokenizer):
+        vocab = tokenizer.tokenizer.get_vocab_size()
+        ids = tokenizer.encode(tokenizer.decode([rng.randrange(vocab) for _ in range(num_tokens)]))
+    else:
+        ids = tokenizer.encode(_words(rng, num_tokens))
+    while len(ids) < num_tokens:
+        ids += tokenizer.encode(" " + _words(rng, num_tokens - len(ids)))
+    text, real_len = fit_to_len(ids, num_tokens, tokenizer, lambda: " " + _words(rng, 1))
+    return text, real_len, True
+
+
+def _texts_of_len(rng: random.Random, lengths: list[int], tokenizer) -> list[tuple[str, int, bool]]:
+    """One text per length; through a server tokenizer, several fits run at once (round trips)."""
+    if tokenizer is None or isinstance(tokenizer, FileTokenizer):
+        return [_text_of_len(rng, n, tokenizer) for n in lengths]
+    # NOTE: each prompt gets its own seeded generator, so the result does not depend on the order
+    # in which the threads finish.
+    seeds = [rng.getrandbits(64) for _ in lengths]
+    with ThreadPoolExecutor(SERVER_FIT_THREADS) as pool:
+        return list(pool.map(lambda n, seed: _text_of_len(random.Random(seed), n, tokenizer), lengths, seeds))
 
 
 def _random_text(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
     ins = sample_lengths(rng, cfg.random_input_len, cfg.random_range_ratio, cfg.num_prompts)
     outs = sample_lengths(rng, cfg.random_output_len, cfg.random_range_ratio, cfg.num_prompts)
-    prompts = []
-    for n_in, n_out in zip(ins, outs, strict=True):
-        text, real_len, exact = _text_of_len(rng, n_in, tokenizer)
-        prompts.append(Prompt(text, real_len, n_out, exact))
-    return prompts
+    texts = _texts_of_len(rng, ins, tokenizer)
+    return [Prompt(text, real_len, n_out, exact) for (text, real_len, exact), n_out in zip(texts, outs, strict=True)]
 
 
 def _random_ids(cfg: DatasetConfig, rng: random.Random) -> list[Prompt]:
@@ -117,7 +142,7 @@ def _random_ids(cfg: DatasetConfig, rng: random.Random) -> list[Prompt]:
 def _count(text: str, tokenizer) -> int:
     if tokenizer is None:
         return max(1, len(text) // 4)
-    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+    return len(tokenizer.encode(text))
 
 
 def _sharegpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
@@ -144,10 +169,10 @@ def _sharegpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]
 
 
 def _shared_prefix(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
-    prefixes = [_text_of_len(rng, cfg.shared_prefix_len, tokenizer) for _ in range(cfg.shared_prefix_groups)]
+    prefixes = _texts_of_len(rng, [cfg.shared_prefix_len] * cfg.shared_prefix_groups, tokenizer)
+    questions = _texts_of_len(rng, [cfg.random_input_len] * cfg.num_prompts, tokenizer)
     prompts = []
-    for i in range(cfg.num_prompts):
+    for i, (question, q_len, _) in enumerate(questions):
         prefix, prefix_len, exact = prefixes[i % cfg.shared_prefix_groups]
-        question, q_len, _ = _text_of_len(rng, cfg.random_input_len, tokenizer)
         prompts.append(Prompt(prefix + "\n" + question, prefix_len + q_len, cfg.random_output_len, exact))
     return prompts

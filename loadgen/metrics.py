@@ -123,8 +123,12 @@ def _errors(records: list[RequestRecord]) -> dict:
     return {cls: {"count": n, "example": examples[cls]} for cls, n in sorted(counts.items())}
 
 
-def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[float]) -> dict:
-    """Per-worker CPU share and loop lag, send lag, and the client-bound verdict with reasons."""
+def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[float],
+                  num_ok: int = 1) -> dict:
+    """Per-worker CPU share and loop lag, send lag, and the client-bound verdict with reasons.
+
+    With no successful request the verdict is None ("not judged"): a worker spinning through
+    instant failures says nothing about whether it could keep up with a working server."""
     workers = []
     reasons = []
     for h in health:
@@ -142,7 +146,10 @@ def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[
     send_p99 = float(np.percentile(lag, 99))
     if cfg.is_rate_mode and send_p99 >= CLIENT_BOUND_SEND_LAG_MS:
         reasons.append(f"send lag p99 {send_p99:.1f} ms")
-    return {"client_bound": bool(reasons), "client_bound_reasons": reasons, "workers": workers,
+    verdict: bool | None = bool(reasons)
+    if num_ok == 0:
+        verdict, reasons = None, ["not judged: no request succeeded"]
+    return {"client_bound": verdict, "client_bound_reasons": reasons, "workers": workers,
             "mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
             "max_send_lag_ms": float(lag.max())}
 
@@ -167,6 +174,7 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         "completed": len(ok),
         "failed": len(records) - len(ok),
         "total_input_tokens": n_in,
+        "total_input_tokens_dataset": sum(r.input_len for r in ok),
         "total_output_tokens": n_out,
         "total_output_tokens_client": n_client,
         "output_tokens_usage_minus_client": (n_out - n_client) if has_usage else None,
@@ -182,6 +190,6 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     for name in LATENCY_METRICS:
         summary.update(_dist(name, lat[name], cfg.percentiles))
     summary["errors"] = _errors(records)
-    summary["client_health"] = client_health(cfg, health, lat["send_lag"])
+    summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok))
     summary["client_bound"] = summary["client_health"]["client_bound"]
     return summary

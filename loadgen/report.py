@@ -21,8 +21,9 @@ TABLE_ROWS = (
     ("failed", "Failed requests", "{:.0f}"),
     ("duration", "Benchmark duration (s)", "{:.2f}"),
     ("total_input_tokens", "Total input tokens", "{:.0f}"),
-    ("total_output_tokens", "Total output tokens", "{:.0f}"),
+    ("total_output_tokens", "Total output tokens (server usage)", "{:.0f}"),
     ("total_output_tokens_client", "Total output tokens (client count)", "{:.0f}"),
+    ("output_tokens_usage_minus_client", "  usage minus client count", "{:.0f}"),
     ("request_throughput", "Request throughput (req/s)", "{:.2f}"),
     ("input_throughput", "Input token throughput (tok/s)", "{:.2f}"),
     ("output_throughput", "Output token throughput (tok/s)", "{:.2f}"),
@@ -31,6 +32,13 @@ TABLE_ROWS = (
     ("concurrency", "Mean requests in flight", "{:.2f}"),
     ("max_concurrent_requests", "Peak requests in flight", "{:.0f}"),
     ("request_goodput", "Request goodput (req/s)", "{:.2f}"),
+)
+TOKENS_NOTE = (
+    "Output tokens: 'server usage' is the completion_tokens the server reported (it also counts "
+    "tokens it did not send as text, e.g. EOS or a matched stop string); 'client count' is what "
+    "loadgen received: one per content event, or the --tokenizer count of the received text. They "
+    "differ when an event carries several tokens or the server counts unsent tokens. Throughput uses "
+    "usage when the server gives it."
 )
 COMPARE_KEYS = (
     "completed", "failed", "duration", "request_throughput", "output_throughput", "total_throughput",
@@ -117,9 +125,14 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     console = console or Console()
     s, cfg = result.summary, result.cfg
     title = "loadgen result" + (" (INTERRUPTED: partial)" if result.interrupted else "")
-    table = Table(title=title, show_header=False)
+    table = Table(title=title, show_header=False, caption=TOKENS_NOTE, caption_justify="left")
     for key, label, spec in TABLE_ROWS:
+        if key == "total_output_tokens" and s.get("output_tokens_source") == "client":
+            label = "Total output tokens (client count: no usage)"
         table.add_row(label, _fmt(s.get(key), spec))
+        if key == "total_input_tokens":
+            table.add_row("  as built by the dataset", _fmt(s.get("total_input_tokens_dataset"), spec))
+            table.add_row("  input lengths from", result.dataset_info.get("input_lengths", "-"))
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
                         ("itl_per_token", "ITL per token"), ("e2e_latency", "E2E latency")):
         cells = [f"mean {_fmt(s[f'mean_{name}_ms'])}", f"median {_fmt(s[f'median_{name}_ms'])}"]
@@ -132,7 +145,12 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}  loop lag p99 "
                       f"{w['loop_lag_p99_ms']:.1f} ms  cpu/event {_fmt(w['cpu_us_per_event'], '{:.1f}')} µs")
     table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  p99 {health['p99_send_lag_ms']:.2f}")
-    verdict = "[bold red]YES[/]: " + "; ".join(health["client_bound_reasons"]) if s["client_bound"] else "no"
+    if s["client_bound"] is None:
+        verdict = "not judged (no request succeeded)"
+    elif s["client_bound"]:
+        verdict = "[bold red]YES[/]: " + "; ".join(health["client_bound_reasons"])
+    else:
+        verdict = "no"
     table.add_row("client-bound", verdict)
     console.print(table)
 

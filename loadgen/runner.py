@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import httpx
 import msgspec
@@ -18,6 +18,15 @@ import msgspec
 from loadgen.client import request_body
 from loadgen.config import RunConfig
 from loadgen.datasets import DatasetConfig, Prompt, build_prompts
+from loadgen.lengths import (
+    SOURCE_ESTIMATE,
+    SOURCE_FILE,
+    SOURCE_IDS,
+    SOURCE_SERVER,
+    FileTokenizer,
+    ServerTokenizer,
+    probe_server,
+)
 from loadgen.metrics import summarize
 from loadgen.records import RequestRecord, WorkerResult
 from loadgen.schedule import arrival_offsets_s
@@ -27,22 +36,57 @@ STOP_GRACE_S = 10.0
 START_DELAY_NS = 20_000_000
 
 
+class SetupError(RuntimeError):
+    """The run could not start (server unreachable, dataset unreadable); the message says why."""
+
+
 @dataclass
 class RunResult:
-    """Merged records, per-worker health, the summary, and whether Ctrl-C cut the run short."""
+    """Merged records, per-worker health, the summary, and whether Ctrl-C cut the run short.
+
+    `dataset_info` says how the prompt lengths were obtained (`input_lengths`)."""
 
     cfg: RunConfig
     model: str
     records: list[RequestRecord]
     summary: dict
     interrupted: bool
+    dataset_info: dict = field(default_factory=dict)
 
 
 def first_model(cfg: RunConfig) -> str:
-    """The first model id that the server's /v1/models lists."""
-    r = httpx.get(cfg.base_url.rstrip("/") + "/v1/models", headers=cfg.headers, timeout=min(cfg.timeout_s, 30))
-    r.raise_for_status()
-    return r.json()["data"][0]["id"]
+    """The first model id that the server's /v1/models lists; SetupError when there is none."""
+    url = cfg.base_url.rstrip("/") + "/v1/models"
+    try:
+        r = httpx.get(url, headers=cfg.headers, timeout=min(cfg.timeout_s, 30))
+        r.raise_for_status()
+        return r.json()["data"][0]["id"]
+    except httpx.HTTPStatusError as exc:
+        why = f"HTTP {exc.response.status_code}"
+    except httpx.HTTPError as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        why = f"no model in the answer ({type(exc).__name__}: {exc})"
+    raise SetupError(f"cannot list models at {url}: {why}. Is the server up? (--model skips this query)")
+
+
+def prompt_tokenizer(cfg: RunConfig, dcfg: DatasetConfig):
+    """The tokenizer that fits prompt lengths, and how lengths are obtained (said on stderr)."""
+    if dcfg.name == "random-ids":
+        return None, SOURCE_IDS
+    if dcfg.tokenizer_path is not None:
+        try:
+            return FileTokenizer(dcfg.tokenizer_path), SOURCE_FILE
+        except Exception as exc:  # noqa: BLE001 - any load failure is a setup error
+            raise SetupError(f"cannot load --tokenizer {dcfg.tokenizer_path}: {exc}") from None
+    if not dcfg.use_server_tokenize:
+        return None, SOURCE_ESTIMATE
+    tok, why = probe_server(cfg.base_url, cfg.headers, min(cfg.timeout_s, 30))
+    if tok is None:
+        print(f"loadgen: {cfg.base_url}/tokenize unusable ({why}); prompt lengths are estimates "
+              "(give --tokenizer for exact ones)", file=sys.stderr)
+        return None, SOURCE_ESTIMATE
+    return tok, SOURCE_SERVER
 
 
 def _num_items(cfg: RunConfig) -> int:
@@ -53,10 +97,19 @@ def _num_items(cfg: RunConfig) -> int:
     return max(cfg.concurrency or 1, 64)
 
 
-def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str) -> list[WorkerPlan]:
+def _prompts(cfg: RunConfig, dcfg: DatasetConfig, tokenizer) -> list[Prompt]:
+    try:
+        return build_prompts(dcfg, tokenizer)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SetupError(f"cannot build the {dcfg.name} dataset: {type(exc).__name__}: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise SetupError(f"{cfg.base_url}/tokenize failed while fitting prompts: {exc}") from None
+
+
+def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer=None) -> list[WorkerPlan]:
     """Items spread round-robin over the workers, each with its intended offset in rate mode."""
     num = _num_items(cfg)
-    prompts = build_prompts(replace(dcfg, num_prompts=num + cfg.warmup))
+    prompts = _prompts(cfg, replace(dcfg, num_prompts=num + cfg.warmup), tokenizer)
     offsets: list[float | None] = [None] * num
     if cfg.is_rate_mode:
         offsets = arrival_offsets_s(cfg.request_rate, cfg.burstiness, num, cfg.duration_s, cfg.seed)
@@ -126,7 +179,13 @@ class _Pool:
 def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     """Run the load; `progress(totals, elapsed_s)` is called a few times a second if given."""
     model = cfg.model or first_model(cfg)
-    pool = _Pool(cfg, build_plans(cfg, dcfg, model))
+    tokenizer, source = prompt_tokenizer(cfg, dcfg)
+    try:
+        plans = build_plans(cfg, dcfg, model, tokenizer)
+    finally:
+        if isinstance(tokenizer, ServerTokenizer):
+            tokenizer.close()
+    pool = _Pool(cfg, plans)
     interrupted, stop_deadline = False, None
     start = time.perf_counter()
     while not pool.is_done:
@@ -148,4 +207,4 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
     summary = summarize(cfg, records, [r.health for r in results])
     interrupted = interrupted or any(r.interrupted for r in results)
-    return RunResult(cfg, model, records, summary, interrupted)
+    return RunResult(cfg, model, records, summary, interrupted, {"input_lengths": source})

@@ -7,7 +7,8 @@ does not count).
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import re
+from bisect import bisect_left, bisect_right
 
 import msgspec
 
@@ -47,6 +48,7 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_CRLF = re.compile(b"\r\n")
 
 
 def _choice_text(choice: _Choice) -> str:
@@ -59,12 +61,21 @@ def _choice_text(choice: _Choice) -> str:
 
 
 def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
-    body = b"".join(c.replace(b"\r\n", b"\n") for c in chunks)
+    """The body with line ends made `\\n`, and each read's end offset in it.
+
+    A `\\r\\n` split across two reads is one line end that belongs to the later read: the `\\r` is
+    dropped (not the `\\n`), so an event completed by that `\\n` takes the later read's stamp.
+    """
+    raw = b"".join(chunks)
     ends, total = [], 0
     for c in chunks:
-        total += len(c) - c.count(b"\r\n")
+        total += len(c)
         ends.append(total)
-    return body, ends
+    if b"\r" not in raw:
+        return raw, ends
+    dropped = [m.start() for m in _CRLF.finditer(raw)]
+    body = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return body, [end - bisect_left(dropped, end) for end in ends]
 
 
 def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None) -> None:

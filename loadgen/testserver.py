@@ -1,11 +1,15 @@
 """A scripted, near-free OpenAI-compatible streaming server with known TTFT, gaps and token counts.
 
 Used by the tests and by `python -m loadgen.selfbench`. It speaks just enough HTTP/1.1 (httptools)
-for `/v1/models`, `/v1/chat/completions`, `/v1/completions` and `/stats`. Every content chunk is
-one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
+for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
+`/stats`. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
 every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood"). `faults` cycles over the
 requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed" (a broken SSE
-event), "hang" (never answers: the client's timeout fires). `/stats` returns the true per-request
+event), "hang" (never answers: the client's timeout fires), and three valid but awkward forms:
+"split_crlf" (CRLF line ends, each `\r` and its `\n` in different writes), "close_delimited" (no
+Content-Length or chunking: the body ends when the server closes), "endless" (64 KB events until
+the client gives up). `/tokenize` and `/detokenize` follow vLLM's shapes with a byte-level
+tokenizer (one token per UTF-8 byte, id = the byte). `/stats` returns the true per-request
 TTFT and mean gap measured at the moment of writing. Binds to 127.0.0.1 only.
 """
 
@@ -22,11 +26,16 @@ import httptools
 import msgspec
 
 MODEL_NAME = "scripted-model"
+FAULTS = frozenset({"ok", "http_500", "reset", "malformed", "hang", "split_crlf", "close_delimited",
+                    "endless"})
 _ROLE_CHUNK = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
 _CHAT_TOKEN = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" tok","reasoning_content":null},"finish_reason":null}]}\n\n'
 _TEXT_TOKEN = b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'
 _DONE = b"data: [DONE]\n\n"
 _SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+_CLOSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+_BIG_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 65536 + b'"}}]}\n\n'
+MAX_MODEL_LEN = 32768
 
 
 @dataclass(frozen=True)
@@ -38,9 +47,10 @@ class ServerScript:
     num_tokens: int | None = None
     prompt_tokens: int = 8
     faults: tuple[str, ...] = ("ok",)
+    has_tokenize: bool = True
 
     def __post_init__(self) -> None:
-        bad = set(self.faults) - {"ok", "http_500", "reset", "malformed", "hang"}
+        bad = set(self.faults) - FAULTS
         if bad:
             raise ValueError(f"unknown faults {sorted(bad)}")
         if self.ttft_ms < 0 or self.gap_ms < 0:
@@ -56,10 +66,19 @@ class _Truth:
 
 
 class _Request(msgspec.Struct):
+    prompt: str | list[int] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     stream: bool = False
     stream_options: dict | None = None
+
+
+class _Tokenize(msgspec.Struct):
+    prompt: str
+
+
+class _Detokenize(msgspec.Struct):
+    tokens: list[int]
 
 
 class _Handler(asyncio.Protocol):
@@ -138,6 +157,16 @@ class ScriptedServer:
             conn.write(_json_response("200 OK", {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}))
         elif path == b"/stats":
             conn.write(_json_response("200 OK", self.stats()))
+        elif path in (b"/tokenize", b"/detokenize") and not self.script.has_tokenize:
+            conn.write(_json_response("404 Not Found", {"detail": "Not Found"}))
+        elif path == b"/tokenize":
+            text = msgspec.json.decode(body, type=_Tokenize).prompt
+            tokens = list(text.encode())
+            conn.write(_json_response("200 OK", {"count": len(tokens), "max_model_len": MAX_MODEL_LEN,
+                                                 "tokens": tokens}))
+        elif path == b"/detokenize":
+            tokens = msgspec.json.decode(body, type=_Detokenize).tokens
+            conn.write(_json_response("200 OK", {"prompt": bytes(tokens).decode(errors="replace")}))
         elif path in (b"/v1/chat/completions", b"/v1/completions"):
             self._generate(conn, path == b"/v1/chat/completions", body)
         else:
@@ -159,6 +188,8 @@ class ScriptedServer:
         fault = self.script.faults[self.truth.num_requests % len(self.script.faults)]
         self.truth.num_requests += 1
         n = self.script.num_tokens or req.max_completion_tokens or req.max_tokens or 16
+        # NOTE: a text prompt counts as its /tokenize length (bytes); anything else as scripted.
+        prompt_tokens = len(req.prompt.encode()) if isinstance(req.prompt, str) else self.script.prompt_tokens
         if fault == "hang":
             return
         if fault == "http_500":
@@ -166,21 +197,28 @@ class ScriptedServer:
             return
         usage = bool(req.stream_options and req.stream_options.get("include_usage"))
         if not req.stream:
-            self._answer_whole(conn, is_chat, n, arrived)
+            self._answer_whole(conn, is_chat, n, arrived, prompt_tokens)
             return
-        conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
-        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived)
         loop = asyncio.get_running_loop()
+        if fault == "endless":
+            conn.write(_SSE_HEAD)
+            _endless(conn)
+            return
+        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens)
+        if fault == "close_delimited":
+            conn.write(_CLOSE_HEAD + (_ROLE_CHUNK if is_chat else b""))
+        else:
+            conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
         loop.call_at(loop.time() + self.script.ttft_ms / 1e3, stream.step)
 
-    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int) -> None:
+    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int, prompt_tokens: int) -> None:
         async def later() -> None:
             await asyncio.sleep((self.script.ttft_ms + self.script.gap_ms * (n - 1)) / 1e3)
             text = " tok" * n
             choice = {"index": 0, "finish_reason": "length"}
             choice.update({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})
-            usage = {"prompt_tokens": self.script.prompt_tokens, "completion_tokens": n,
-                     "total_tokens": self.script.prompt_tokens + n}
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                     "total_tokens": prompt_tokens + n}
             self.truth.ttft_ns.append(time.perf_counter_ns() - arrived)
             conn.write(_json_response("200 OK", {"id": "c", "choices": [choice], "usage": usage}))
 
@@ -190,11 +228,13 @@ class ScriptedServer:
 class _Stream:
     """One streaming response, written by timer callbacks (no coroutine per stream)."""
 
-    def __init__(self, server, conn, is_chat, n, usage, fault, arrived) -> None:
+    def __init__(self, server, conn, is_chat, n, usage, fault, arrived, prompt_tokens) -> None:
         self.server, self.conn, self.is_chat = server, conn, is_chat
+        self.prompt_tokens = prompt_tokens
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
         self.last_ns = 0
+        self.pending = b""
         loop = asyncio.get_running_loop()
         self.t0 = loop.time() + server.script.ttft_ms / 1e3
 
@@ -234,19 +274,41 @@ class _Stream:
             truth.num_gaps += 1
         self.last_ns = now
         self.sent += 1
-        return self.conn.write(_chunked(payload))
+        return self._send(payload)
+
+    def _send(self, events: bytes, is_last: bool = False) -> bool:
+        """Frame and write events as this stream's fault asks (chunked, split CRLF, or raw)."""
+        if self.fault == "close_delimited":
+            ok = self.conn.write(events)
+            if is_last and self.conn.transport is not None:
+                self.conn.transport.close()
+            return ok
+        if self.fault == "split_crlf":
+            # NOTE: each event's last `\r` goes out now, its `\n` with the next write.
+            events = self.pending + events.replace(b"\n", b"\r\n")
+            if not is_last:
+                events, self.pending = events[:-1], events[-1:]
+        return self.conn.write(_chunked(events) + (b"0\r\n\r\n" if is_last else b""))
 
     def _finish(self) -> None:
-        script = self.server.script
         fin = {"index": 0, "finish_reason": "length"}
         fin.update({"delta": {}} if self.is_chat else {"text": ""})
         out = [b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
         if self.usage:
-            usage = {"prompt_tokens": script.prompt_tokens, "completion_tokens": self.n,
-                     "total_tokens": script.prompt_tokens + self.n}
+            usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
+                     "total_tokens": self.prompt_tokens + self.n}
             out.append(b"data: " + msgspec.json.encode({"id": "c", "choices": [], "usage": usage}) + b"\n\n")
         out.append(_DONE)
-        self.conn.write(b"".join(_chunked(x) for x in out) + b"0\r\n\r\n")
+        self._send(b"".join(out), is_last=True)
+
+
+def _endless(conn: _Handler) -> None:
+    """Write 64 KB events every millisecond for as long as the client reads (bounded buffer)."""
+    if conn.transport is None or conn.transport.is_closing():
+        return
+    if conn.transport.get_write_buffer_size() < (1 << 20):
+        conn.write(_chunked(_BIG_EVENT))
+    asyncio.get_running_loop().call_later(0.001, _endless, conn)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,11 +319,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gap-ms", type=float, default=20.0)
     p.add_argument("--num-tokens", type=int, default=None)
     p.add_argument("--faults", default="ok")
+    p.add_argument("--no-tokenize", action="store_true", help="answer 404 on /tokenize, /detokenize")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     args = p.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")))
+    script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
+                          has_tokenize=not args.no_tokenize)
     import uvloop
 
     async def serve() -> None:

@@ -19,13 +19,26 @@ import httptools
 import httpx
 
 BODY_EXTENSION = "loadgen.body"
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class ResponseTooLarge(httpx.TransportError):
+    """A response body passed the per-response byte cap while it was being read."""
+
+
+def too_large_message(max_bytes: int) -> str:
+    """The error text for a body cut at `max_bytes` (shared by both transports)."""
+    return (f"response body passed --max-response-bytes {max_bytes} before its end "
+            "(an endless stream?); connection dropped")
 
 
 class StampedBody(httpx.AsyncByteStream):
     """Response body chunks with their arrival times (perf_counter_ns), filled by the protocol."""
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: _Connection, max_bytes: int) -> None:
         self._conn: _Connection | None = conn
+        self._max_bytes = max_bytes
+        self.num_bytes = 0
         self.chunks: list[bytes] = []
         self.stamps: list[int] = []
         self._done = asyncio.get_running_loop().create_future()
@@ -33,6 +46,11 @@ class StampedBody(httpx.AsyncByteStream):
         self._read_pos = 0
 
     def _feed(self, data: bytes) -> None:
+        if self.num_bytes + len(data) > self._max_bytes:
+            # NOTE: checked before keeping the bytes, so what is kept never passes the cap.
+            self._conn.abort(ResponseTooLarge(too_large_message(self._max_bytes)))  # type: ignore[union-attr]
+            return
+        self.num_bytes += len(data)
         # NOTE: the stamp is taken in the read callback, before any coroutine runs.
         self.stamps.append(time.perf_counter_ns())
         self.chunks.append(data)
@@ -80,8 +98,9 @@ class StampedBody(httpx.AsyncByteStream):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; serves one request at a time."""
 
-    def __init__(self, pool: LeanTransport, key: tuple[str, int]) -> None:
+    def __init__(self, pool: LeanTransport, key: tuple[str, int], max_body_bytes: int) -> None:
         self._pool = pool
+        self._max_body_bytes = max_body_bytes
         self._key = key
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
@@ -106,18 +125,30 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.is_closed = True
+        if exc is None and self.body is not None and self._is_close_delimited():
+            body, self.body = self.body, None
+            body._finish(None)
+            return
         self._fail(httpx.ReadError(f"connection lost: {exc or 'closed by peer'}"))
+
+    def _is_close_delimited(self) -> bool:
+        """True when the body has no length and no chunking: it ends when the peer closes."""
+        names = {name.lower() for name, _ in self._headers}
+        status = self._parser.get_status_code()
+        has_body = status >= 200 and status not in _NO_BODY_STATUS
+        return has_body and not names & {b"content-length", b"transfer-encoding"}
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.body = StampedBody(self)
+        self.body = StampedBody(self, self._max_body_bytes)
         if self._head is not None and not self._head.done():
             self._head.set_result((self._parser.get_status_code(), self.body))
 
     def on_body(self, body: bytes) -> None:
-        self.body._feed(body)  # type: ignore[union-attr]
+        if self.body is not None:  # None once aborted in the middle of a read
+            self.body._feed(body)
 
     def on_message_complete(self) -> None:
         body, self.body = self.body, None
@@ -163,10 +194,13 @@ class _Connection(asyncio.Protocol):
 
 
 class LeanTransport(httpx.AsyncBaseTransport):
-    """HTTP/1.1 keep-alive transport for plain-http targets; keeps up to `max_keepalive` idle."""
+    """HTTP/1.1 keep-alive transport for plain-http targets; keeps up to `max_keepalive` idle.
 
-    def __init__(self, max_keepalive: int = 4096) -> None:
+    A body longer than `max_body_bytes` fails with `ResponseTooLarge` while it is read."""
+
+    def __init__(self, max_keepalive: int = 4096, max_body_bytes: int = 1 << 62) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._max_body_bytes = max_body_bytes
         self._max_keepalive = max_keepalive
         self._num_idle = 0
 
@@ -196,7 +230,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 return conn
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self, key), *key)
+            _, conn = await loop.create_connection(lambda: _Connection(self, key, self._max_body_bytes), *key)
         except OSError as exc:
             raise httpx.ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from None
         return conn

@@ -38,3 +38,19 @@ def test_crlf_separators_and_comments_are_accepted():
 def test_broken_streams_are_malformed(body):
     with pytest.raises(MalformedSSE):
         parse_stream(_rec(), [body], [1])
+
+
+def test_crlf_split_across_reads_is_one_line_end_stamped_by_the_later_read():
+    crlf_tok, crlf_done = TOK.replace(b"\n", b"\r\n"), DONE.replace(b"\n", b"\r\n")
+    # each event's last "\r" ends one read; its "\n" starts the next
+    chunks = [crlf_tok[:-1], b"\n" + crlf_tok[:-1], b"\n" + crlf_done[:-1], b"\n"]
+    rec = _rec()
+    parse_stream(rec, chunks, [10, 20, 30, 40])
+    assert rec.chunk_ns == [20, 30]
+    assert rec.client_output_tokens == 2
+
+
+def test_lone_cr_line_ends_are_accepted():
+    rec = _rec()
+    parse_stream(rec, [TOK.replace(b"\n", b"\r"), DONE.replace(b"\n", b"\r")], [5, 6])
+    assert rec.chunk_ns == [5]

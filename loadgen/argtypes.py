@@ -1,0 +1,129 @@
+"""Argparse type functions: every flag value is checked when parsed, so bad input is a usage error.
+
+Each function takes the flag's text and returns the value, or raises `argparse.ArgumentTypeError`
+with a message that says what is allowed (argparse then prints usage and exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from urllib.parse import urlsplit
+
+from loadgen.config import SLO
+
+
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if kind is float and math.isnan(value):
+        raise argparse.ArgumentTypeError("nan is not allowed")
+    return value
+
+
+def int_at_least(low: int):
+    """An integer >= `low`."""
+    def parse(text: str) -> int:
+        value = _number(text, int)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def positive_float(allow_inf: bool = False):
+    """A number > 0 (finite unless `allow_inf`)."""
+    def parse(text: str) -> float:
+        value = _number(text, float)
+        if value <= 0 or (math.isinf(value) and not allow_inf):
+            raise argparse.ArgumentTypeError(f"{text!r} must be > 0" + ("" if allow_inf else " and finite"))
+        return value
+    parse.__name__ = "positive number"
+    return parse
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1]."""
+    value = _number(text, float)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1]")
+    return value
+
+
+def workers(text: str) -> int | str:
+    """`auto` or a worker count >= 1."""
+    return "auto" if text == "auto" else int_at_least(1)(text)
+
+
+def base_url(text: str) -> str:
+    """An http:// or https:// URL with a host (trailing slash dropped)."""
+    parts = urlsplit(text)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise argparse.ArgumentTypeError(f"{text!r} is not http://HOST[:PORT] (or https://)")
+    return text.rstrip("/")
+
+
+def percentiles(text: str) -> tuple[float, ...]:
+    """Comma-separated percentiles, each in (0, 100]."""
+    values = tuple(_number(x.strip(), float) for x in text.split(","))
+    if any(not 0 < p <= 100 for p in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each percentile must be in (0, 100]")
+    return values
+
+
+def slo(text: str) -> SLO:
+    """`ttft=MS,tpot=MS,e2e=MS` (any subset), each bound > 0."""
+    parts = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in ("ttft", "tpot", "e2e"):
+            raise argparse.ArgumentTypeError(f"{item!r}: expected ttft=MS, tpot=MS or e2e=MS")
+        parts[f"{key.strip()}_ms"] = positive_float()(value)
+    return SLO(**parts)
+
+
+def header(text: str) -> tuple[str, str]:
+    """`Name: value`."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def json_object(text: str) -> dict:
+    """A JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object ({...})")
+    return value
+
+
+def existing_file(text: str) -> str:
+    """A path to a readable file."""
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a readable file")
+    return text
+
+
+def writable_path(text: str) -> str:
+    """A file path whose folder exists and is writable (checked before the run, not after)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file path")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"folder {folder!r} does not exist (create it first)")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"folder {folder!r} is not writable")
+    return text

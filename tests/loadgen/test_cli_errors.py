@@ -1,0 +1,104 @@
+"""Bad flags are usage errors (exit 2, no traceback); failed runs exit non-zero; setup errors are one
+line; output paths are checked before the run; a failed run's client health is not judged."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from loadgen.cli import main
+
+POS_INT = ("--concurrency", "--num-prompts", "--random-input-len", "--random-output-len",
+           "--sharegpt-output-len", "--shared-prefix-groups", "--shared-prefix-len",
+           "--max-response-bytes", "--workers")
+BAD_FLAGS = [
+    *[[flag, value] for flag in POS_INT for value in ("0", "-1", "abc", "1.5")],
+    *[[flag, value] for flag in ("--warmup", "--seed") for value in ("-1", "abc")],
+    *[[flag, value] for flag in ("--duration", "--timeout") for value in ("0", "-1", "abc", "nan", "inf")],
+    *[[flag, value] for flag in ("--request-rate", "--burstiness") for value in ("0", "-1", "abc", "nan")],
+    *[[flag, value] for flag in ("--random-range-ratio", "--max-error-rate")
+      for value in ("-0.1", "1.5", "abc", "nan")],
+    *[["--base-url", url] for url in ("notaurl", "ftp://host:1", "http://", "http://h:99999")],
+    *[["--percentiles", v] for v in ("abc", "0", "101", "50,,90")],
+    *[["--slo", v] for v in ("ttft", "foo=1", "ttft=abc", "ttft=-1")],
+    ["--header", "novalue"], ["--header", ": x"],
+    ["--extra-request-body", "{bad"], ["--extra-request-body", "[1]"],
+    ["--backend", "grpc"], ["--transport", "h3"], ["--dataset", "nope"],
+    ["--dataset-path", "/nonexistent/sg.json"], ["--tokenizer", "/nonexistent/tokenizer.json"],
+    ["--output", "/nonexistent/dir/r.json"], ["--records", "/nonexistent/dir/r.jsonl"], ["--output", "/tmp"],
+    ["--dataset", "sharegpt"],
+    ["--dataset", "random-ids"],
+    ["--base-url", "https://127.0.0.1:1"],
+]
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _base(url: str) -> list[str]:
+    return ["--base-url", url, "--model", "m", "--concurrency", "2", "--num-prompts", "4",
+            "--random-input-len", "4", "--random-output-len", "4", "--no-server-tokenize", "--quiet"]
+
+
+@pytest.mark.parametrize("bad", BAD_FLAGS, ids=lambda b: " ".join(b))
+def test_every_bad_flag_is_a_usage_error(bad, capsys):
+    # NOTE: the base run is valid (it would reach a dead port and exit 4), so only the bad flag
+    # can make argparse exit 2.
+    with pytest.raises(SystemExit) as exc:
+        main([*_base(_dead_url()), *bad])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "usage:" in err and "error:" in err, err
+
+
+def test_missing_concurrency_and_rate_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--base-url", _dead_url(), "--model", "m", "--num-prompts", "2", "--quiet"])
+    assert exc.value.code == 2 and "--concurrency" in capsys.readouterr().err
+
+
+def test_all_failed_run_exits_4_and_is_not_judged_client_bound(capsys):
+    rc = main([*_base(_dead_url())][:-1])
+    out = capsys.readouterr()
+    assert rc == 4
+    assert "4 of 4 requests failed" in out.err
+    assert "not judged" in out.out and "YES" not in out.out
+
+
+def test_max_error_rate_sets_the_threshold(start_server):
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1", "--num-tokens", "4", "--faults", "ok,http_500")
+    base = [*_base(server.base_url)]
+    assert main(base) == 0  # half failed: below the default "all failed"
+    assert main([*base, "--max-error-rate", "0.6"]) == 0
+    assert main([*base, "--max-error-rate", "0.25"]) == 4
+
+
+def test_dead_port_without_model_prints_one_line():
+    url = _dead_url()
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "--base-url", url, "--concurrency", "1",
+                           "--num-prompts", "1", "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot list models" in lines[0] and "--model" in lines[0], proc.stderr
+
+
+def test_output_to_a_missing_folder_fails_before_any_request(start_server, tmp_path, capsys):
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1")
+    with pytest.raises(SystemExit) as exc:
+        main([*_base(server.base_url), "--output", str(tmp_path / "missing" / "r.json")])
+    assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
+    assert server.stats()["num_requests"] == 0
+
+
+def test_help_mentions_compare_and_compare_reports_unreadable_files(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0 and "loadgen compare A.json B.json" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json" in capsys.readouterr().err

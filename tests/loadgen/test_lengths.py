@@ -1,0 +1,65 @@
+"""Prompt lengths: fitted exactly through the target's /tokenize, or estimated (and said so)."""
+
+from __future__ import annotations
+
+from loadgen.config import RunConfig
+from loadgen.datasets import DatasetConfig
+from loadgen.lengths import SOURCE_ESTIMATE, SOURCE_SERVER, fit_to_len
+from loadgen.runner import run
+
+
+class _MergingTokenizer:
+    """Characters are tokens, except that "ab" is one token: cutting between a and b re-merges."""
+
+    def encode(self, text: str) -> list[int]:
+        ids, i = [], 0
+        while i < len(text):
+            if text.startswith("ab", i):
+                ids.append(1000)
+                i += 2
+            else:
+                ids.append(ord(text[i]))
+                i += 1
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join("ab" if t == 1000 else chr(t) for t in ids)
+
+
+def test_fit_to_len_settles_when_the_cut_retokenises_differently():
+    tok = _MergingTokenizer()
+    ids = [ord("x"), ord("a")] + tok.encode("bab" * 10)  # "xa" + "bab...": the cut can re-merge
+    for n in range(1, 12):
+        text, count = fit_to_len(ids, n, tok, lambda: " c")
+        assert count == n == len(tok.encode(text)), (n, text)
+
+
+def _cfg(url: str) -> RunConfig:
+    return RunConfig(base_url=url, backend="openai-completions", concurrency=4, num_prompts=12,
+                     include_usage=True)
+
+
+LENGTHS = DatasetConfig(random_input_len=128, random_output_len=4, random_range_ratio=0.5)
+
+
+def test_random_prompts_are_fitted_through_the_server_tokenize(start_server):
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1")
+    result = run(_cfg(server.base_url), LENGTHS)
+    assert result.dataset_info["input_lengths"] == SOURCE_SERVER
+    recs = result.records
+    # the scripted server's usage counts the prompt's bytes, as its /tokenize does
+    assert all(r.is_exact_input_len and r.input_len == r.usage_prompt_tokens for r in recs)
+    assert all(64 <= r.input_len <= 128 for r in recs)
+    s = result.summary
+    assert s["total_input_tokens"] == s["total_input_tokens_dataset"]
+
+
+def test_without_tokenize_the_lengths_are_an_estimate_and_said_so(start_server, capsys):
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1", "--no-tokenize")
+    result = run(_cfg(server.base_url), LENGTHS)
+    assert result.dataset_info["input_lengths"] == SOURCE_ESTIMATE
+    assert "/tokenize unusable (HTTP 404" in capsys.readouterr().err
+    s = result.summary
+    assert s["completed"] == 12
+    # one word per token is the estimate; the byte-level server counts several per word
+    assert s["total_input_tokens"] > 2 * s["total_input_tokens_dataset"]

@@ -1,0 +1,60 @@
+"""Summary arithmetic on recorded timestamps (no timing involved): TTFT, ITL, TPOT, E2E, throughput,
+peaks, and the client-bound verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.config import RunConfig
+from loadgen.metrics import summarize
+from loadgen.records import RequestRecord, WorkerHealth
+
+MS = 1_000_000
+
+
+def _rec(index: int, start_ms: float, chunks_ms: list[float], end_ms: float, usage: int | None = None):
+    chunks = [int(t * MS) for t in chunks_ms]
+    return RequestRecord(index=index, worker=0, intended_ns=int(start_ms * MS), start_ns=int(start_ms * MS),
+                         end_ns=int(end_ms * MS), first_token_ns=chunks[0], chunk_ns=chunks,
+                         chunk_tokens=[1.0] * len(chunks), client_output_tokens=len(chunks),
+                         usage_completion_tokens=usage, input_len=10)
+
+
+def _health(cpu_s: float = 0.1, wall_s: float = 1.0) -> list[WorkerHealth]:
+    return [WorkerHealth(worker=0, cpu_s=cpu_s, wall_s=wall_s, loop_lag_ms=[0.1, 0.2])]
+
+
+def test_latencies_from_recorded_stamps():
+    records = [
+        _rec(0, 0, [30, 50, 70, 90], 91),     # TTFT 30, gaps 20 20 20
+        _rec(1, 10, [50, 60, 100], 100),      # TTFT 40, gaps 10 40
+        _rec(2, 20, [45], 50),                # TTFT 25, one token
+    ]
+    s = summarize(RunConfig(concurrency=4, num_prompts=3), records, _health())
+    assert s["median_ttft_ms"] == pytest.approx(30.0)
+    assert s["mean_ttft_ms"] == pytest.approx(95 / 3)
+    assert s["mean_itl_ms"] == pytest.approx(110 / 5) and s["median_itl_ms"] == pytest.approx(20.0)
+    assert s["mean_tpot_ms"] == pytest.approx((60 / 3 + 50 / 2) / 2)
+    assert s["mean_e2e_latency_ms"] == pytest.approx((91 + 90 + 30) / 3)
+    assert s["duration"] == pytest.approx(0.1)
+    assert s["total_output_tokens"] == 8 and s["output_throughput"] == pytest.approx(80.0)
+    assert s["max_concurrent_requests"] == 3
+    assert s["client_bound"] is False
+
+
+def test_usage_counts_win_over_client_counts_and_their_difference_is_reported():
+    records = [_rec(0, 0, [10, 20], 30, usage=3)]  # e.g. the EOS token was counted but not sent
+    s = summarize(RunConfig(concurrency=1, num_prompts=1), records, _health())
+    assert (s["total_output_tokens"], s["total_output_tokens_client"]) == (3, 2)
+    assert s["output_tokens_usage_minus_client"] == 1 and s["output_tokens_source"] == "usage"
+    assert s["mean_tpot_ms"] == pytest.approx(10 / 2)
+
+
+def test_a_run_with_no_success_is_not_judged_for_client_health():
+    failed = RequestRecord(index=0, worker=0, intended_ns=0, start_ns=0, end_ns=MS,
+                           error_class="connection", error_message="refused")
+    s = summarize(RunConfig(concurrency=1, num_prompts=1), [failed], _health(cpu_s=1.01, wall_s=1.0))
+    assert s["client_bound"] is None
+    assert s["client_health"]["client_bound_reasons"] == ["not judged: no request succeeded"]
+    busy = summarize(RunConfig(concurrency=1, num_prompts=1), [_rec(0, 0, [1], 2)], _health(1.01, 1.0))
+    assert busy["client_bound"] is True
