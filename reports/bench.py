@@ -57,8 +57,10 @@ def readme(data: dict) -> str:
               "| form | output tokens | seconds per request |", "|---|---|---|"]
     lines += [f"| {r['form']} | {r['num_tokens']:,} | {r['seconds']:.4f} |"
               for r in data["h3_growth"]["rows"] if "num_tokens" in r]
-    lines += ["", "Fitted exponents (1: linear, 2: quadratic): " + ", ".join(
-        f"{r['form']} {r['exponent']:.2f}" for r in data["h3_growth"]["rows"] if "exponent" in r) + ".", ""]
+    lines += ["", "Fitted exponents over all sizes (1: linear, 2: quadratic; in brackets between the "
+              "two largest sizes): " + ", ".join(
+                  f"{r['form']} {r['exponent']:.2f} [{r.get('exponent_largest_two', float('nan')):.2f}]"
+                  for r in data["h3_growth"]["rows"] if "exponent" in r) + ".", ""]
     return "\n".join(lines)
 
 
