@@ -68,7 +68,7 @@ def _decode_stage1(Q, K, V, ReqToToken, ReqIdx, SeqLens, MidO, MidLse, sm_scale,
 
 
 @triton.jit
-def _decode_stage2(MidO, MidLse, O, SeqLens, stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
+def _decode_stage2(MidO, MidLse, Out, SeqLens, stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -90,12 +90,12 @@ def _decode_stage2(MidO, MidLse, O, SeqLens, stride_mb, stride_mh, stride_ms, st
             acc = acc * alpha + w * o
             denom = denom * alpha + w
             m = m_new
-    tl.store(O + b * stride_ob + head * stride_oh + offs_d, (acc / denom).to(O.dtype.element_ty),
+    tl.store(Out + b * stride_ob + head * stride_oh + offs_d, (acc / denom).to(Out.dtype.element_ty),
              mask=offs_d < HEAD_DIM)
 
 
 @triton.jit
-def _extend_kernel(Q, K, V, O, ReqToToken, ReqIdx, SeqLens, ExtStart, ExtLens, sm_scale,
+def _extend_kernel(Q, K, V, Out, ReqToToken, ReqIdx, SeqLens, ExtStart, ExtLens, sm_scale,
                    stride_qt, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh,
                    stride_ot, stride_oh, stride_rt,
                    KV_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -141,8 +141,8 @@ def _extend_kernel(Q, K, V, O, ReqToToken, ReqIdx, SeqLens, ExtStart, ExtLens, s
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m = m_new
         out = acc / denom[:, None]
-        tl.store(O + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-                 out.to(O.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+        tl.store(Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+                 out.to(Out.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
 
 
 def _precision(dtype: torch.dtype) -> str:
