@@ -1,5 +1,8 @@
 """Model weights: load a local HF checkpoint (``config.json`` + ``*.safetensors``) or make
-the embedded default's deterministic seeded random weights."""
+the embedded default's deterministic seeded random weights.
+
+Checkpoints use Hugging Face names; q/k/v and gate/up land in the model's fused weights at
+load time (through row-slice views), and are split back when a checkpoint is written."""
 
 from __future__ import annotations
 
@@ -10,7 +13,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from reference_impl.engine.torch_engine.model import LlamaForCausalLM, rope_inv_freq
+from reference_impl.engine.torch_engine.model import (
+    LlamaForCausalLM,
+    hf_param_views,
+    rope_inv_freq,
+)
 from reference_impl.engine.torch_engine.model_config import ModelConfig, embedded_config
 
 EMBEDDED_SEED = 0
@@ -37,7 +44,7 @@ def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:
     """Seeded weights, identical on every device: drawn on the CPU, then copied."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
+        for name, param in sorted(hf_param_views(model).items()):
             if name.endswith("norm.weight"):
                 values = 1.0 + 0.1 * torch.randn(param.shape, generator=gen)
             else:
@@ -47,7 +54,7 @@ def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:
 
 def load_safetensors(model: LlamaForCausalLM, model_dir: Path) -> None:
     """Copy every tensor of ``model_dir/*.safetensors`` into the parameter of the same name."""
-    params = dict(model.named_parameters())
+    params = hf_param_views(model)
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
@@ -72,5 +79,5 @@ def save_safetensors(model: LlamaForCausalLM, model_dir: str | Path) -> None:
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=1))
-    tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters()}
+    tensors = {n: p.detach().cpu().contiguous() for n, p in hf_param_views(model).items()}
     save_file(tensors, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
