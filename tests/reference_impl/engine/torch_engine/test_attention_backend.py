@@ -4,8 +4,6 @@ run on CPU tensors under ``TRITON_INTERPRET=1`` (skipped when triton is not impo
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -15,20 +13,21 @@ from reference_impl.engine.torch_engine.attention_backend import (
     TorchNativeBackend,
     build_metadata,
 )
+from tests.reference_impl.engine.torch_engine.helpers import triton_device
 
 NUM_SLOTS = 400
 SCALE = 0.3
 
 
 def _triton_backend():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # NOTE: must precede triton's first import
-    pytest.importorskip("triton")
+    device = triton_device()
     from reference_impl.engine.torch_engine.attention_backend import TritonBackend
 
-    return TritonBackend(num_kv_splits=4, block_n=16, block_m=16)
+    return TritonBackend(num_kv_splits=4, block_n=16, block_m=16), device
 
 
-BACKENDS = {"torch_native": TorchNativeBackend, "triton": _triton_backend}
+BACKENDS = {"torch_native": lambda: (TorchNativeBackend(), torch.device("cpu")),
+            "triton": _triton_backend}
 SHAPES = [(8, 2, 32), (6, 2, 24), (4, 4, 16)]  # (heads, kv_heads, head_dim): GQA 4, 3, none
 CASES = {
     "decode": [(0, 1), (6, 1), (32, 1), (49, 1), (130, 1)],  # (cached prefix, tokens run now)
@@ -51,7 +50,7 @@ def _reference(q, keys, values, prefix_len):
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("backend_name", list(BACKENDS))
 def test_backend_matches_sdpa_reference(backend_name, case, shape):
-    backend = BACKENDS[backend_name]()
+    backend, device = BACKENDS[backend_name]()
     heads, kv_heads, head_dim = shape
     rows = CASES[case]
     gen = torch.Generator().manual_seed(hash((case, shape)) % 1000)
@@ -70,18 +69,20 @@ def test_backend_matches_sdpa_reference(backend_name, case, shape):
         k_cache[slots[:prefix]], v_cache[slots[:prefix]] = kv[0, :prefix], kv[1, :prefix]
         dense.append(kv)
         qs.append(torch.randn(n, heads, head_dim, generator=gen))
+    k_cache, v_cache, req_to_token = k_cache.to(device), v_cache.to(device), req_to_token.to(device)
     meta = build_metadata(req_to_token, np.arange(2, len(rows) + 2),
                           np.array([p + n for p, n in rows]), np.array([n for _, n in rows]))
     assert meta.is_decode == (case == "decode")
     new_k = torch.cat([kv[0, p:] for kv, (p, _) in zip(dense, rows, strict=True)])
     new_v = torch.cat([kv[1, p:] for kv, (p, _) in zip(dense, rows, strict=True)])
-    out = backend.forward(torch.cat(qs), new_k, new_v, k_cache, v_cache, meta, SCALE)
+    out = backend.forward(torch.cat(qs).to(device), new_k.to(device), new_v.to(device), k_cache,
+                          v_cache, meta, SCALE).cpu()
     expected = torch.cat([_reference(q, kv[0], kv[1], p)
                           for q, kv, (p, _) in zip(qs, dense, rows, strict=True)])
     torch.testing.assert_close(out, expected.flatten(1), rtol=1e-5, atol=1e-5)
     for kv, (p, n), i in zip(dense, rows, range(2, len(rows) + 2), strict=True):
         slots = req_to_token[i, :p + n].long()
-        assert torch.equal(k_cache[slots], kv[0]) and torch.equal(v_cache[slots], kv[1])
+        assert torch.equal(k_cache[slots].cpu(), kv[0]) and torch.equal(v_cache[slots].cpu(), kv[1])
 
 
 def test_metadata_positions_and_logits_rows_are_derived_on_the_device():
