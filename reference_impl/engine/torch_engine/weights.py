@@ -22,6 +22,8 @@ from reference_impl.engine.torch_engine.model_config import ModelConfig, embedde
 
 EMBEDDED_SEED = 0
 _INIT_STD = 0.02
+# config.json key of a weightless model directory (see ``random_model``): the weights' seed
+RANDOM_SEED_KEY = "reference_impl_random_seed"
 
 
 def load_model(model_path: str | Path | None, device: torch.device,
@@ -35,9 +37,29 @@ def load_model(model_path: str | Path | None, device: torch.device,
     model.model.rotary_emb.inv_freq = rope_inv_freq(config).to(device)
     if model_path is None:
         init_random_weights(model, EMBEDDED_SEED)
+    elif (seed := _random_seed(Path(model_path))) is not None:
+        init_random_weights_on_device(model, seed)
     else:
         load_safetensors(model, Path(model_path))
     return model.eval()
+
+
+def _random_seed(model_dir: Path) -> int | None:
+    if any(model_dir.glob("*.safetensors")):
+        return None
+    return json.loads((model_dir / "config.json").read_text()).get(RANDOM_SEED_KEY)
+
+
+def init_random_weights_on_device(model: LlamaForCausalLM, seed: int) -> None:
+    """Seeded weights drawn on the model's device (fast at 8B; values differ across devices)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.normal_(1.0, 0.1, generator=gen)
+            else:
+                param.normal_(0.0, _INIT_STD, generator=gen)
 
 
 def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:
