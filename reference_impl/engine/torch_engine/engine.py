@@ -171,8 +171,12 @@ class TorchEngine(Engine):
         num_new = req.num_reserved_tokens - len(cached)
         self.prefix_cache.evict_until_free(num_new)
         slots = np.concatenate([cached, self.allocator.alloc(num_new)])
+        try:
+            row = self.req_pool.alloc(slots)
+        except (MemoryError, ValueError):
+            self.allocator.decref(slots)
+            raise
         self.num_cached_tokens += len(cached)
-        row = self.req_pool.alloc(slots)
         state = _ReqState(slots, row, len(cached), 0, request_rng(req.sampling, req.choice_index))
         self._reqs[req.rid] = state
         return state
