@@ -7,7 +7,7 @@
 #   scripts/gpu_check.sh [all|tests|bench|serve]   # THERE: installs .whl/*.whl if present, runs
 #
 # Results go to $OUT (the device tool's folder) or ./gpu_check_out: pytest.log, engine.json,
-# server.log, loadgen.json. Each phase fits in one 10-minute device call on an H100.
+# server.log, loadgen.json. Run the phases one by one where a call is limited to 10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -19,6 +19,7 @@ PORT=${PORT:-30000}
 CONCURRENCY=${CONCURRENCY:-2048}
 NUM_PROMPTS=${NUM_PROMPTS:-4096}
 WHEEL_DIR=${WHEEL_DIR:-.whl}
+STATUS=0
 # What the GPU image (torch 2.11, Triton 3.6, httpx, uvloop, tokenizers, ...) lacks.
 WHEELS="msgspec pyzmq pydantic pydantic-core annotated-types typing-inspection fastapi starlette
         uvicorn httptools opentelemetry-api"
@@ -53,10 +54,10 @@ install_wheels() {
 }
 
 run_tests() {
-  echo "== CUDA tests (kernels compiled for the GPU, graphs, 100K-token prefill)"
+  echo "== CUDA tests (Triton kernels on the GPU vs SDPA, graphs, 100K-token prefill)"
   "$PY" -m pytest -q -p no:cacheprovider tests/reference_impl/engine/torch_engine/test_cuda.py \
-    tests/reference_impl/engine/torch_engine/test_attention_backend.py \
-    tests/reference_impl/engine/torch_engine/test_model.py 2>&1 | tee "$RESULTS/pytest.log"
+    tests/reference_impl/engine/torch_engine/test_attention_backend.py 2>&1 \
+    | tee "$RESULTS/pytest.log" || { echo "CUDA tests FAILED (pytest.log); going on"; STATUS=1; }
 }
 
 run_bench() {
@@ -100,3 +101,4 @@ case $PHASE in
   serve) run_serve ;;
   *) echo "usage: $0 [--download-wheels|all|tests|bench|serve]" >&2; exit 2 ;;
 esac
+exit $STATUS
