@@ -1,10 +1,12 @@
 """Torch engine figures: decode tokens/s and step time by batch size, prefill tokens/s by
-prompt length, parameter and KV bytes, and on a GPU the memory-bandwidth floor per decode step.
+prompt length, parameter and KV bytes, and on a GPU the memory-bandwidth floor per decode step
+(parameter bytes + the batch's KV bytes over peak HBM bandwidth) and the fraction of it reached.
 
 A script, not an asv suite (asv imports this module; all work runs under ``__main__``)::
 
-    python benchmarks/torch_engine.py                 # CPU: embedded default, bounded sizes
-    python benchmarks/torch_engine.py --device cuda   # GPU: batch sizes 1..2048, CUDA graphs
+    python benchmarks/torch_engine.py                        # CPU: embedded default, small sizes
+    python benchmarks/torch_engine.py --shape llama3-8b      # GPU: Llama-3-8B shape, seeded
+                                                             # random weights (no download)
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import time
 _PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12, "A10": 0.6e12}
 _CPU_DEFAULTS = {"batch_sizes": "1,8,64,512,2048", "context_len": 64, "decode_steps": 3,
                  "prefill_lens": "128,512,2048"}
-_GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32,64,128,256,512,1024,2048", "context_len": 512,
-                 "decode_steps": 32, "prefill_lens": "128,512,2048,8192"}
+_GPU_DEFAULTS = {"batch_sizes": "1,64,256,1024", "context_len": 256, "decode_steps": 16,
+                 "prefill_lens": "512,2048,8192,32768"}
 
 
 def _parse(argv: list[str] | None):
@@ -29,11 +31,15 @@ def _parse(argv: list[str] | None):
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     p.add_argument("--model-path", default=None, help="HF model directory (default: embedded)")
+    p.add_argument("--shape", default=None, help="a random_model shape (e.g. llama3-8b) with "
+                   "seeded random weights, instead of --model-path")
     p.add_argument("--batch-sizes", default=None, help="comma-separated decode batch sizes")
     p.add_argument("--context-len", type=int, default=None, help="prompt tokens per decode request")
     p.add_argument("--decode-steps", type=int, default=None, help="timed decode steps per batch size")
     p.add_argument("--prefill-lens", default=None, help="comma-separated prefill prompt lengths")
     p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=512)
+    p.add_argument("--chunked-prefill-size", type=int, default=8192)
     p.add_argument("--peak-bandwidth-gbs", type=float, default=None,
                    help="device memory bandwidth in GB/s (default: from the device name)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
@@ -48,7 +54,9 @@ def _engine(ns, num_tokens: int):
 
     args = ServerArgs(engine="torch", device=ns.device, dtype=ns.dtype, model_path=ns.model_path,
                       max_total_tokens=num_tokens, disable_cuda_graph=ns.disable_cuda_graph,
-                      cuda_graph_max_bs=2048, context_length=max(num_tokens, 2))
+                      cuda_graph_max_bs=ns.cuda_graph_max_bs, context_length=ns.context_length,
+                      chunked_prefill_size=ns.chunked_prefill_size,
+                      max_running_requests=max(ns.max_batch, 1))
     storage = get_token_storage("array")
     return TorchEngine(args, ByteLevelTokenizer(), storage), storage
 
@@ -74,10 +82,8 @@ def _decode_figures(engine, storage, ns, batch_sizes: list[int]) -> list[dict]:
 
     max_new = (ns.decode_steps + 1) * len(batch_sizes) + 2
     reqs = _reqs(storage, max(batch_sizes), ns.context_len, max_new, engine.config.vocab_size, "d")
-    for i in range(0, len(reqs), 64):  # prefill in slices to bound the padded activations
-        chunk = reqs[i:i + 64]
-        for req, tok in zip(chunk, engine.forward(ForwardBatch(True, chunk)), strict=True):
-            req.output_ids.append(tok)
+    for req, tok in zip(reqs, engine.forward(ForwardBatch(True, reqs)), strict=True):
+        req.output_ids.append(tok)  # the engine prefills them in --chunked-prefill-size forwards
     rows = []
     for bs in batch_sizes:
         batch = ForwardBatch(False, reqs[:bs])
@@ -128,7 +134,14 @@ def _peak_bandwidth(ns, engine) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parse(argv)
+    import tempfile
+
     import torch
+
+    if ns.shape:
+        from reference_impl.engine.torch_engine.random_model import write_random_model_dir
+
+        ns.model_path = str(write_random_model_dir(ns.shape, tempfile.mkdtemp(prefix=ns.shape)))
 
     from reference_impl.engine.torch_engine import KVCache, resolve_device
 
@@ -141,23 +154,27 @@ def main(argv: list[str] | None = None) -> int:
     prefill_lens = [int(x) for x in ns.prefill_lens.split(",")]
     per_req = ns.context_len + (ns.decode_steps + 1) * len(batch_sizes) + 2
     num_tokens = max(max(batch_sizes) * per_req, max(prefill_lens) + 1)
+    ns.max_batch, ns.context_length = max(batch_sizes), max(per_req, max(prefill_lens) + 1)
     engine, storage = _engine(ns, num_tokens)
     params = sum(p.nbytes for p in engine.model.parameters())
     kv_per_token = KVCache.bytes_per_token(engine.config, engine.dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device: {name}; {engine.memory_report()}")
-    print(f"model: {ns.model_path or 'embedded default'}; parameter bytes {params:,}; "
+    print(f"model: {ns.shape or ns.model_path or 'embedded default'}; parameter bytes {params:,}; "
           f"KV bytes per token {kv_per_token:,}")
     bandwidth = _peak_bandwidth(ns, engine)
     decode = _decode_figures(engine, storage, ns, batch_sizes)
     print(f"\ndecode (context {ns.context_len} tokens, median of {ns.decode_steps} steps, sampling included)")
-    print(f"{'batch':>6} {'step ms':>9} {'tok/s':>11} {'bytes/step':>12}" + (f" {'floor ms':>9}" if bandwidth else ""))
+    print(f"{'batch':>6} {'step ms':>9} {'tok/s':>11} {'bytes/step':>15}"
+          + (f" {'floor ms':>9} {'of floor':>8}" if bandwidth else ""))
     for row in decode:
         row["bytes_per_step"] = params + row["kv_tokens"] * kv_per_token
-        line = f"{row['batch_size']:>6} {row['step_ms']:>9.2f} {row['tok_per_s']:>11.1f} {row['bytes_per_step']:>12,}"
+        line = (f"{row['batch_size']:>6} {row['step_ms']:>9.2f} {row['tok_per_s']:>11.1f} "
+                f"{row['bytes_per_step']:>15,}")
         if bandwidth:
             row["floor_ms"] = row["bytes_per_step"] / bandwidth * 1e3
-            line += f" {row['floor_ms']:>9.3f}"
+            row["fraction_of_floor"] = row["floor_ms"] / row["step_ms"]
+            line += f" {row['floor_ms']:>9.3f} {row['fraction_of_floor']:>8.1%}"
         print(line)
     prefill = _prefill_figures(engine, storage, prefill_lens, repeats=3 if device.type == "cuda" else 1)
     print("\nprefill (one request, no cached prefix)")

@@ -45,6 +45,7 @@ SIM_TIMES = ("real", "virtual")
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DISAGGREGATION_MODES = ("null", "decode")
+ATTENTION_BACKENDS = ("auto", "triton", "torch_native")
 SIM_CONTEXT_LENGTH = 131072
 EMBEDDED_MODEL_CONTEXT_LENGTH = 8192
 
@@ -70,7 +71,9 @@ class ServerArgs:
     dtype: str = "auto"
     mem_fraction_static: float | None = None
     disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int = 256
+    cuda_graph_max_bs: int = 512
+    attention_backend: str = "auto"
+    chunked_prefill_size: int = 8192
     # Scheduler
     max_running_requests: int = 4096
     max_prefill_tokens: int = 16384
@@ -110,6 +113,9 @@ class ServerArgs:
         _check_choice("engine", self.engine, ENGINES)
         if self.model_path is not None and not (Path(self.model_path) / "config.json").is_file():
             raise ValueError(f"model_path {self.model_path!r} holds no config.json")
+        if self.tokenizer_path is None and self.model_path is not None:
+            if (Path(self.model_path) / "tokenizer.json").is_file():
+                object.__setattr__(self, "tokenizer_path", self.model_path)
         if self.served_model_name is None:
             object.__setattr__(self, "served_model_name", self._default_model_name())
         if self.context_length is None:
@@ -118,12 +124,14 @@ class ServerArgs:
         _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
         self._check_disaggregation()
+        _check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         for hp in HOT_PATHS:
             if hp.id != "H5":
                 _check_choice(hp.field, getattr(self, hp.field), hp.choices)
         _check_positive("port", self.port, allow_zero=True)
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
-                     "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs"):
+                     "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
+                     "chunked_prefill_size"):
             _check_positive(name, getattr(self, name))
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
         if self.max_total_tokens is not None:
@@ -218,7 +226,8 @@ _HELP = {
     "log_level": "Logging level of every process.",
     "engine": "Model engine: 'sim' (seeded tokens, step times from a latency model) or 'torch' "
               "(a Llama-family model in torch; the embedded default without --model-path).",
-    "tokenizer_path": "Local tokenizer.json or directory holding one; default: embedded byte-level tokenizer.",
+    "tokenizer_path": "Local tokenizer.json or directory holding one; default: --model-path when "
+                      "it holds a tokenizer.json, else the embedded byte-level tokenizer.",
     "context_length": "Maximum prompt + output tokens per request (default: 131072 for sim, the "
                       "model's max_position_embeddings for torch).",
     "sim_profile": "Latency profile of the sim engine (see reference_impl.engine.sim.PROFILES).",
@@ -230,10 +239,14 @@ _HELP = {
     "dtype": "[torch] Weights and KV cache dtype; 'auto': bfloat16 on CUDA, float32 on the CPU.",
     "mem_fraction_static": "[torch] Fraction of device memory (GPU; host RAM on the CPU) for weights "
                            "plus KV cache, sizing the KV pool when --max-total-tokens is unset "
-                           "(default 0.6 on CUDA; 131072 tokens on the CPU).",
+                           "(default 0.85 on CUDA; 131072 tokens on the CPU).",
     "disable_cuda_graph": "[torch] Run decode eagerly instead of replaying CUDA graphs.",
     "cuda_graph_max_bs": "[torch] Largest decode batch replayed from a CUDA graph (graphs for "
-                         "1, 2, 4, 8, then every 16 up to it).",
+                         "1, 2, 4, 8, then every 16 up to it, captured at start-up).",
+    "attention_backend": "[torch] Paged attention: 'triton' kernels, 'torch_native' SDPA, or "
+                         "'auto' (triton on CUDA when importable, else torch_native).",
+    "chunked_prefill_size": "[torch] Most tokens in one forward; longer prompts prefill in "
+                            "chunks of this size.",
     "max_running_requests": "Maximum requests in the running batch.",
     "max_prefill_tokens": "Maximum prompt tokens admitted in one prefill step.",
     "max_total_tokens": "KV-cache budget in tokens (default: what the engine reports); the torch "
@@ -301,6 +314,8 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             kwargs["choices"] = DTYPES
         elif f.name == "disaggregation_mode":
             kwargs["choices"] = DISAGGREGATION_MODES
+        elif f.name == "attention_backend":
+            kwargs["choices"] = ATTENTION_BACKENDS
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--all-legacy", action="store_true",
                         help="Select the legacy form of every hot path (H1-H6) at once.")

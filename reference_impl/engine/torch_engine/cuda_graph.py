@@ -1,26 +1,26 @@
-"""Decode steps replayed from CUDA graphs, one per (padded batch size, padded KV width).
+"""Decode steps replayed from CUDA graphs captured at start-up, one per padded batch size.
 
-A graph's inputs live in static buffers; a step copies its inputs in (padding rows write
-and read the KV cache's scratch slot) and replays. Graphs are captured on first use.
+A graph reads three static device vectors: the step's tokens, each request's row of the
+request-to-token table and its KV length. Positions and the slots to write are derived from
+them inside the graph, and the Triton decode kernel's grid does not depend on the KV length,
+so one graph per batch size serves every width. A replay copies the new tokens and the two
+(batch,) index vectors, nothing else. Padding rows use table row 0 (all scratch slot).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-from dataclasses import dataclass
+import time
 
 import numpy as np
 import torch
 
-from reference_impl.engine.torch_engine.attention import AttentionMetadata, HostBatch
-from reference_impl.engine.torch_engine.kv_cache import KVCache
+from reference_impl.engine.torch_engine.attention_backend import decode_metadata
+from reference_impl.engine.torch_engine.kv_cache import KVCache, ReqToTokenPool
 from reference_impl.engine.torch_engine.model import LlamaForCausalLM
 
 logger = logging.getLogger("reference_impl.engine.cuda_graph")
-
-_MIN_KV_WIDTH = 256
-DEFAULT_MAX_KV_WIDTH = 8192
 
 
 def graph_batch_sizes(max_bs: int) -> list[int]:
@@ -29,71 +29,68 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
     return sorted({*sizes, max_bs})
 
 
-@dataclass
-class _Graph:
-    graph: torch.cuda.CUDAGraph
-    input_ids: torch.Tensor  # (bs,) int64
-    positions: torch.Tensor  # (bs,) int64
-    out_slots: torch.Tensor  # (bs,) int64
-    kv_index: torch.Tensor  # (bs, kv_width) int64
-    logits: torch.Tensor  # (bs, vocab) float32
-
-
 class DecodeGraphRunner:
-    """Runs decode forwards of up to ``max_bs`` requests and ``max_kv_width`` keys from graphs."""
+    """Runs decode forwards of up to ``max_bs`` requests from graphs captured by ``capture_all``."""
 
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, max_bs: int,
-                 max_kv_width: int = DEFAULT_MAX_KV_WIDTH):
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, req_pool: ReqToTokenPool,
+                 max_bs: int):
         self.model = model
         self.kv_cache = kv_cache
+        self.req_pool = req_pool
         self.batch_sizes = graph_batch_sizes(max_bs)
-        self.max_kv_width = max_kv_width
-        self._graphs: dict[tuple[int, int], _Graph] = {}
-        self._pool = None
+        device = kv_cache.k.device
+        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
+        # (2, max_bs) int32: row 0 each request's table row, row 1 its KV length after the step
+        self.index = torch.ones(2, self.max_bs, dtype=torch.int32, device=device)
+        self.index[0].zero_()
+        self._host_index = torch.ones(2, self.max_bs, dtype=torch.int32).pin_memory()
+        self._host_index[0].zero_()
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
 
-    def can_run(self, host: HostBatch) -> bool:
-        return (host.is_decode and len(host.q_lens) <= self.batch_sizes[-1]
-                and host.kv_index.shape[1] <= self.max_kv_width)
+    @property
+    def max_bs(self) -> int:
+        return self.batch_sizes[-1]
 
-    def run(self, input_ids: torch.Tensor, host: HostBatch) -> torch.Tensor:
+    def can_run(self, batch_size: int) -> bool:
+        return batch_size <= self.max_bs
+
+    def capture_all(self) -> None:
+        """Capture every batch size, largest first (smaller ones reuse its memory pool)."""
+        start = time.perf_counter()
+        pool = None
+        for bs in reversed(self.batch_sizes):
+            pool = self._capture(bs, pool)
+        logger.info("captured %d decode CUDA graphs (batch 1..%d) in %.1f s",
+                    len(self.batch_sizes), self.max_bs, time.perf_counter() - start)
+
+    def run(self, input_ids: torch.Tensor, req_idx: np.ndarray, seq_lens: np.ndarray) -> torch.Tensor:
         """(bs, vocab) float32 logits; valid until the next ``run``."""
-        bs, kv_len = host.kv_index.shape
+        bs = len(req_idx)
         padded_bs = self.batch_sizes[bisect.bisect_left(self.batch_sizes, bs)]
-        width = max(_MIN_KV_WIDTH, 1 << (kv_len - 1).bit_length())
-        g = self._graphs.get((padded_bs, width)) or self._capture(padded_bs, width)
-        scratch = self.kv_cache.scratch_slot
-        positions = np.zeros(padded_bs, dtype=np.int64)
-        positions[:bs] = host.positions
-        out_slots = np.full(padded_bs, scratch, dtype=np.int64)
-        out_slots[:bs] = host.out_slots
-        kv_index = np.full((padded_bs, width), scratch, dtype=np.int64)
-        kv_index[:bs, :kv_len] = host.kv_index
-        g.input_ids[bs:].zero_()
-        g.input_ids[:bs].copy_(input_ids, non_blocking=True)
-        for static, array in ((g.positions, positions), (g.out_slots, out_slots), (g.kv_index, kv_index)):
-            static.copy_(torch.from_numpy(array).pin_memory(), non_blocking=True)
-        g.graph.replay()
-        return g.logits[:bs]
+        # NOTE: the previous step ended in a host sync, so the pinned buffer is free to reuse.
+        host = self._host_index.numpy()
+        host[0, :bs], host[1, :bs] = req_idx, seq_lens
+        host[0, bs:padded_bs], host[1, bs:padded_bs] = 0, 1
+        self.index[:, :padded_bs].copy_(self._host_index[:, :padded_bs], non_blocking=True)
+        self.input_ids[:bs].copy_(input_ids, non_blocking=True)
+        graph, logits = self._graphs[padded_bs]
+        graph.replay()
+        return logits[:bs]
 
-    def _capture(self, bs: int, width: int) -> _Graph:
-        device = self.kv_cache.k.device
-        scratch = self.kv_cache.scratch_slot
-        input_ids = torch.zeros(bs, dtype=torch.int64, device=device)
-        positions = torch.zeros(bs, dtype=torch.int64, device=device)
-        out_slots = torch.full((bs,), scratch, dtype=torch.int64, device=device)
-        kv_index = torch.full((bs, width), scratch, dtype=torch.int64, device=device)
-        meta = AttentionMetadata(out_slots, kv_index, None, 1, None)
+    def _forward(self, bs: int) -> torch.Tensor:
+        meta = decode_metadata(self.req_pool.table, self.index[0, :bs], self.index[1, :bs])
+        return self.model(self.input_ids[:bs], meta, self.kv_cache)
+
+    def _capture(self, bs: int, pool):
+        device = self.input_ids.device
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            for _ in range(2):  # warm-up outside the graph (kernel selection, allocator)
-                self.model(input_ids, positions, meta, self.kv_cache)
+            for _ in range(2):  # warm-up outside the graph (Triton compiles, allocator settles)
+                self._forward(bs)
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            logits = self.model(input_ids, positions, meta, self.kv_cache)
-        self._pool = graph.pool()
-        logger.info("captured a decode CUDA graph for batch size %d, KV width %d", bs, width)
-        g = _Graph(graph, input_ids, positions, out_slots, kv_index, logits)
-        self._graphs[(bs, width)] = g
-        return g
+        with torch.cuda.graph(graph, pool=pool):
+            logits = self._forward(bs)
+        self._graphs[bs] = (graph, logits)
+        return graph.pool()

@@ -1,5 +1,6 @@
-"""The paged KV cache: fixed-shape K/V buffers over a pool of token slots, the slot
-allocator (reference counts, so cached prefixes can be shared), and the prefix cache.
+"""The paged KV cache: fixed-shape K/V buffers over a pool of token slots, the device
+request-to-token table, the slot allocator (reference counts, so cached prefixes can be
+shared), and the prefix cache.
 """
 
 from __future__ import annotations
@@ -40,6 +41,41 @@ class KVCache:
         """K and V bytes one token takes over all layers."""
         itemsize = torch.empty(0, dtype=dtype).element_size()
         return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * itemsize
+
+
+class ReqToTokenPool:
+    """A device table (rows, width) int32: row ``r`` holds the slot of each position of the
+    request that owns it. Written once per request at admission; kernels read it directly.
+
+    NOTE: row 0 is the padding row (every entry the scratch slot), for CUDA graph padding.
+    """
+
+    def __init__(self, num_rows: int, width: int, scratch_slot: int, device: torch.device):
+        self.table = torch.full((num_rows + 1, width), scratch_slot, dtype=torch.int32,
+                                device=device)
+        self._free = list(range(num_rows, 0, -1))
+
+    @property
+    def width(self) -> int:
+        return self.table.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
+
+    def alloc(self, slots: np.ndarray) -> int:
+        """A free row holding ``slots`` (one host-to-device copy); MemoryError if none is free."""
+        if not self._free:
+            raise MemoryError("request table full: more running requests than its rows")
+        if len(slots) > self.width:
+            raise ValueError(f"request of {len(slots)} tokens exceeds the table width {self.width}")
+        row = self._free.pop()
+        src = torch.from_numpy(slots.astype(np.int32))
+        self.table[row, :len(slots)].copy_(src, non_blocking=False)
+        return row
+
+    def free(self, row: int) -> None:
+        self._free.append(row)
 
 
 class SlotAllocator:

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.engine.torch_engine.attention import (
-    AttentionMetadata,
-    attention_mask,
-    paged_attention,
+from reference_impl.engine.torch_engine.attention_backend import (
+    AttentionBackend,
+    ForwardMetadata,
+    TorchNativeBackend,
 )
 from reference_impl.engine.torch_engine.kv_cache import KVCache
 from reference_impl.engine.torch_engine.model_config import ModelConfig
@@ -73,42 +73,43 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    """Grouped-query self-attention over the paged KV cache."""
+    """Grouped-query self-attention over the paged KV cache; q, k, v in one fused GEMM."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         hd, bias = config.head_dim, config.attention_bias
         self.num_heads, self.num_kv_heads, self.head_dim = (
             config.num_attention_heads, config.num_key_value_heads, hd)
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * hd, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * hd, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * hd, config.hidden_size, bias=bias)
+        self.q_size, self.kv_size = self.num_heads * hd, self.num_kv_heads * hd
+        # rows: q (heads * hd), k (kv_heads * hd), v (kv_heads * hd): HF's q/k/v_proj stacked
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=bias)
         self.scale = hd ** -0.5
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                mask: torch.Tensor) -> torch.Tensor:
+                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: ForwardMetadata,
+                backend: AttentionBackend) -> torch.Tensor:
         n = x.shape[0]
-        q = apply_rotary(self.q_proj(x).view(n, self.num_heads, self.head_dim), *rope)
-        k = apply_rotary(self.k_proj(x).view(n, self.num_kv_heads, self.head_dim), *rope)
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        out = paged_attention(q, k, v, k_cache, v_cache, meta, mask, self.scale)
-        return self.o_proj(out)
+        q, k, v = self.qkv_proj(x).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = apply_rotary(q.view(n, self.num_heads, self.head_dim), *rope)
+        k = apply_rotary(k.view(n, self.num_kv_heads, self.head_dim), *rope)
+        v = v.view(n, self.num_kv_heads, self.head_dim)
+        return self.o_proj(backend.forward(q, k, v, k_cache, v_cache, meta, self.scale))
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up in one fused GEMM."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         h, i, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
-        self.gate_proj = nn.Linear(h, i, bias=bias)
-        self.up_proj = nn.Linear(h, i, bias=bias)
+        self.intermediate_size = i
+        self.gate_up_proj = nn.Linear(h, 2 * i, bias=bias)  # rows: HF's gate_proj, then up_proj
         self.down_proj = nn.Linear(i, h, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -121,8 +122,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, rope, k_cache, v_cache, meta, mask) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, k_cache, v_cache, meta, mask)
+    def forward(self, x, rope, k_cache, v_cache, meta, backend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, k_cache, v_cache, meta, backend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -138,11 +139,12 @@ class LlamaBody(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """The whole model: ``forward(input_ids, positions, meta, kv_cache)`` → logits."""
+    """The whole model: ``forward(input_ids, meta, kv_cache)`` → logits."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
+        self.attn_backend: AttentionBackend = TorchNativeBackend()  # chosen once by the engine
         self.model = LlamaBody(config)
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(
             config.hidden_size, config.vocab_size, bias=False)
@@ -152,17 +154,37 @@ class LlamaForCausalLM(nn.Module):
         return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+    def forward(self, input_ids: torch.Tensor, meta: ForwardMetadata,
                 kv_cache: KVCache) -> torch.Tensor:
-        """input_ids, positions: (num_tokens,); the result: (batch, vocab) float32 logits of
-        each request's last token (of every token when ``meta.logits_index`` is None and
-        each request runs one token)."""
+        """input_ids: (num_tokens,); the result: (batch, vocab) float32 logits of each
+        request's last token (of every token when ``meta.logits_index`` is None: decode)."""
         body = self.model
         x = body.embed_tokens(input_ids)  # (num_tokens, hidden)
-        rope = body.rotary_emb(positions, x.dtype)
-        mask = attention_mask(positions, meta)
+        rope = body.rotary_emb(meta.positions, x.dtype)
         for i, layer in enumerate(body.layers):
-            x = layer(x, rope, kv_cache.k[i], kv_cache.v[i], meta, mask)
+            x = layer(x, rope, kv_cache.k[i], kv_cache.v[i], meta, self.attn_backend)
         if meta.logits_index is not None:
             x = x[meta.logits_index]  # (batch, hidden)
         return F.linear(body.norm(x), self.output_weight).float()
+
+
+def hf_param_views(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
+    """Every parameter under its Hugging Face name; fused ones as row-slice views (writable)."""
+    views = {}
+    for name, param in model.named_parameters():
+        prefix, _, kind = name.rpartition(".")  # kind: weight or bias
+        if prefix.endswith("qkv_proj"):
+            attn = model.get_submodule(prefix.rpartition(".")[0])
+            parts = zip(("q_proj", "k_proj", "v_proj"), (attn.q_size, attn.kv_size, attn.kv_size),
+                        strict=True)
+        elif prefix.endswith("gate_up_proj"):
+            size = model.config.intermediate_size
+            parts = zip(("gate_proj", "up_proj"), (size, size), strict=True)
+        else:
+            views[name] = param
+            continue
+        base, row = prefix.rpartition(".")[0], 0
+        for part, size in parts:
+            views[f"{base}.{part}.{kind}"] = param[row:row + size]
+            row += size
+    return views

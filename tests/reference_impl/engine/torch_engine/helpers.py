@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from reference_impl.config import ServerArgs
@@ -15,11 +16,11 @@ from reference_impl.tokenizer import ByteLevelTokenizer
 
 
 def make_engine(model_path: str | Path | None = None, storage: str = "array",
-                max_total_tokens: int = 4096) -> tuple[TorchEngine, TokenStorage]:
-    """A float32 CPU torch engine and its token storage."""
+                max_total_tokens: int = 4096, **overrides) -> tuple[TorchEngine, TokenStorage]:
+    """A float32 CPU torch engine and its token storage (``overrides``: more ServerArgs)."""
     args = ServerArgs(engine="torch", device="cpu", dtype="float32", max_total_tokens=max_total_tokens,
                       model_path=None if model_path is None else str(model_path),
-                      token_storage=storage)
+                      token_storage=storage, **overrides)
     kit = get_token_storage(storage)
     return TorchEngine(args, ByteLevelTokenizer(), kit), kit
 
@@ -50,3 +51,17 @@ def hf_last_logits(hf_model, ids: list[int]) -> torch.Tensor:
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b|."""
     return float((a - b).abs().max() / b.abs().max())
+
+
+def triton_device() -> torch.device:
+    """Where the Triton kernels can run here: CUDA, else the CPU under the interpreter (set by
+    this directory's conftest); skips when triton is missing or was imported too early."""
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(tl.zeros, InterpretedFunction):
+        pytest.skip("triton was imported before TRITON_INTERPRET was set")
+    return torch.device("cpu")

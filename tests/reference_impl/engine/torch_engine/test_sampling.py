@@ -40,3 +40,38 @@ def test_same_seed_same_tokens_other_seed_other_tokens():
         return [_sample(logits[i:i + 1], params, rngs)[0] for i in range(64)]
 
     assert run(7) == run(7) and run(7) != run(8)
+
+
+def _no_sort(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("full-vocabulary sort")
+
+    monkeypatch.setattr(torch.Tensor, "sort", refuse)
+
+
+def test_common_cases_sample_without_a_full_sort(monkeypatch):
+    _no_sort(monkeypatch)
+    logits = torch.randn(8, VOCAB, generator=torch.Generator().manual_seed(2)) * 4
+    params = [SamplingParams(8, temperature=0.7, top_k=5, top_p=0.9, seed=1),
+              SamplingParams(8, temperature=1.0, seed=2), SamplingParams(8, temperature=0),
+              SamplingParams(8, temperature=1.0, top_p=0.8, seed=3)] * 2
+    ids = _sample(logits, params)
+    assert ids[2] == int(logits[2].argmax())
+    assert ids[0] in logits[0].topk(5).indices.tolist()
+
+
+def test_unrestricted_sampling_follows_the_distribution():
+    probs = torch.tensor([0.5, 0.25, 0.125, 0.125] + [0.0] * (VOCAB - 4))
+    logits = probs.clamp_min(1e-30).log().repeat(4000, 1)
+    params = [SamplingParams(8, temperature=1.0, seed=i) for i in range(4000)]
+    counts = torch.bincount(torch.tensor(_sample(logits, params)), minlength=VOCAB).float() / 4000
+    torch.testing.assert_close(counts, probs, atol=0.03, rtol=0)
+
+
+def test_top_p_whose_nucleus_exceeds_the_candidates_widens_to_the_vocabulary():
+    vocab = 3000  # near-uniform: a top-p of 0.9 keeps ~2700 tokens, more than TOP_P_CANDIDATES
+    logits = (-1e-6 * torch.arange(vocab, dtype=torch.float32)).repeat(300, 1)
+    params = [SamplingParams(8, temperature=1.0, top_p=0.9, seed=i) for i in range(300)]
+    rngs = [request_rng(p, 0) for p in params]
+    ids = sample(logits, SamplingBatch.build(params, rngs, vocab, torch.device("cpu"))).tolist()
+    assert max(ids) < 2750 and sum(i >= 1024 for i in ids) > 100
