@@ -24,7 +24,7 @@ T = TypeVar("T")
 SCHEDULER_IN = "scheduler_in"
 DETOKENIZER_IN = "detokenizer_in"
 TOKENIZER_MANAGER_IN = "tokenizer_manager_in"
-OUTPUT_HWM = 1000  # messages (engine steps) per side of each output hop; 0 means unbounded
+OUTPUT_HWM = 256  # messages (engine steps) per side of each output hop; 0 means unbounded
 _HWM = {SCHEDULER_IN: 0, DETOKENIZER_IN: OUTPUT_HWM, TOKENIZER_MANAGER_IN: OUTPUT_HWM}
 
 
