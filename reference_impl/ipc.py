@@ -7,7 +7,10 @@ Backpressure: the output path (scheduler → detokenizer → HTTP process) is bo
 detokenizer and then the scheduler block on their send instead of piling up engine steps in the
 HTTP process's inbox (a backlog that took minutes to drain after clients vanished). The
 scheduler's own inbox stays unbounded: the HTTP process sends from its event loop and must
-never block there, and what it sends (requests, aborts, stats probes) is small.
+never block there, and what it sends (requests, aborts, stats probes) is small. Upstream SGLang
+leaves every queue unbounded; here, with vanished clients, that let the scheduler run tens of
+thousands of steps ahead, and the HTTP process then spent seconds decoding outputs of requests
+already aborted.
 """
 
 from __future__ import annotations

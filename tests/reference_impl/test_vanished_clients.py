@@ -30,7 +30,7 @@ BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
         "ignore_eos": True, "stream": True}
 CONFIGS = {
     "batched": [],
-    "immediate-legacy": ["--all-legacy"],
+    "immediate": ["--wakeup", "immediate"],
     "incremental": ["--incremental-streaming-output"],
 }
 
