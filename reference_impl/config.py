@@ -59,6 +59,16 @@ class ServerArgs:
     port: int = 30000
     served_model_name: str | None = None
     log_level: str = "warning"
+    timeout_keep_alive: float = 60.0
+    timeout_request_read: float = 30.0
+    limit_concurrency: int | None = None
+    health_check_timeout: float = 5.0
+    # Request limits (400 past them; 413 for the body)
+    max_request_body_bytes: int = 16 * 2**20
+    max_prompts_per_request: int = 64
+    max_request_prompt_tokens: int = 2**20
+    max_stop_strings: int = 16
+    max_stop_str_len: int = 1024
     # Model, tokenizer and engine
     engine: str = "sim"
     tokenizer_path: str | None = None
@@ -131,9 +141,14 @@ class ServerArgs:
         _check_positive("port", self.port, allow_zero=True)
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
-                     "chunked_prefill_size"):
+                     "chunked_prefill_size",
+                     "timeout_keep_alive", "timeout_request_read", "health_check_timeout",
+                     "max_request_body_bytes", "max_prompts_per_request",
+                     "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len"):
             _check_positive(name, getattr(self, name))
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
+        if self.limit_concurrency is not None:
+            _check_positive("limit_concurrency", self.limit_concurrency)
         if self.max_total_tokens is not None:
             _check_positive("max_total_tokens", self.max_total_tokens)
         if self.prefill_max_requests is not None:
@@ -224,6 +239,19 @@ _HELP = {
     "served_model_name": "Model name reported by /v1/models and accepted in requests "
                          "(default: the model directory's name, else reference-<engine>).",
     "log_level": "Logging level of every process.",
+    "timeout_keep_alive": "Seconds an idle keep-alive connection stays open between requests (uvicorn).",
+    "timeout_request_read": "Seconds a connection has to send a whole request (from connecting, or "
+                            "from a request's first byte); one that sends nothing or half a request "
+                            "is closed then.",
+    "limit_concurrency": "Connections plus tasks past which uvicorn answers 503 (default: no limit).",
+    "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
+                            "answers 503 when it does not answer in time.",
+    "max_request_body_bytes": "Largest request body in bytes (413 past it, checked before parsing).",
+    "max_prompts_per_request": "Most prompts in one completions request (a batch).",
+    "max_request_prompt_tokens": "Most prompt tokens one request may send to the scheduler: the sum "
+                                 "of every prompt's length times n.",
+    "max_stop_strings": "Most stop strings per request.",
+    "max_stop_str_len": "Longest stop string, in characters.",
     "engine": "Model engine: 'sim' (seeded tokens, step times from a latency model) or 'torch' "
               "(a Llama-family model in torch; the embedded default without --model-path).",
     "tokenizer_path": "Local tokenizer.json or directory holding one; default: --model-path when "

@@ -1,6 +1,16 @@
 """Typed push/pull queues over ZeroMQ IPC sockets, so stage code never touches sockets.
 
 Messages are msgspec Structs (see ``messages``) encoded as msgpack.
+
+Backpressure: the output path (scheduler → detokenizer → HTTP process) is bounded at
+``OUTPUT_HWM`` messages on each side of each hop, so when the HTTP process falls behind the
+detokenizer and then the scheduler block on their send instead of piling up engine steps in the
+HTTP process's inbox (a backlog that took minutes to drain after clients vanished). The
+scheduler's own inbox stays unbounded: the HTTP process sends from its event loop and must
+never block there, and what it sends (requests, aborts, stats probes) is small. Upstream SGLang
+leaves every queue unbounded; here, with vanished clients, that let the scheduler run tens of
+thousands of steps ahead, and the HTTP process then spent seconds decoding outputs of requests
+already aborted.
 """
 
 from __future__ import annotations
@@ -17,11 +27,18 @@ T = TypeVar("T")
 SCHEDULER_IN = "scheduler_in"
 DETOKENIZER_IN = "detokenizer_in"
 TOKENIZER_MANAGER_IN = "tokenizer_manager_in"
+OUTPUT_HWM = 256  # messages (engine steps) per side of each output hop; 0 means unbounded
+_HWM = {SCHEDULER_IN: 0, DETOKENIZER_IN: OUTPUT_HWM, TOKENIZER_MANAGER_IN: OUTPUT_HWM}
 
 
 def endpoint(ipc_dir: str, name: str) -> str:
     """The zmq address of the named input socket."""
     return "ipc://" + os.path.join(ipc_dir, name)
+
+
+def high_water_mark(address: str) -> int:
+    """The zmq high-water mark of the input socket at ``address`` (0: unbounded)."""
+    return _HWM.get(os.path.basename(address), 0)
 
 
 class PushQueue:
@@ -30,7 +47,7 @@ class PushQueue:
     def __init__(self, ctx: zmq.Context, address: str):
         self._sock = ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.SNDHWM, 0)
+        self._sock.setsockopt(zmq.SNDHWM, high_water_mark(address))
         self._sock.connect(address)
         self._encoder = msgspec.msgpack.Encoder()
 
@@ -47,7 +64,7 @@ class PullQueue(Generic[T]):
     def __init__(self, ctx: zmq.Context, address: str, msg_type: Any):
         self._sock = ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.setsockopt(zmq.RCVHWM, high_water_mark(address))
         self._sock.bind(address)
         self._decoder = msgspec.msgpack.Decoder(msg_type)
 
@@ -73,7 +90,7 @@ class AsyncPullQueue(Generic[T]):
     def __init__(self, ctx: zmq.asyncio.Context, address: str, msg_type: Any):
         self._sock = ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.setsockopt(zmq.RCVHWM, high_water_mark(address))
         self._sock.bind(address)
         self._decoder = msgspec.msgpack.Decoder(msg_type)
 

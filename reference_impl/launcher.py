@@ -12,6 +12,7 @@ import importlib
 import logging
 import multiprocessing as mp
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m reference_impl``: serve until stopped; the exit status."""
     args = from_cli(argv)
     _setup_logging(args.log_level)
+    port_error = _port_in_use(args.host, args.port)
+    if port_error:
+        print(f"reference_impl: error: {port_error}", file=sys.stderr)
+        return 1
     signal.signal(signal.SIGTERM, _raise_exit)
     with tempfile.TemporaryDirectory(prefix="reference-impl-") as ipc_dir:
         launcher = Launcher(dataclasses.replace(args, ipc_dir=ipc_dir))
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"forms={args.hot_path_forms()}", flush=True)
             launcher.wait()
         except ChildDied as exc:
-            logger.error("%s; shutting down", exc)
+            print(f"reference_impl: error: {exc}", file=sys.stderr, flush=True)
             return 1
         except (KeyboardInterrupt, SystemExit):
             logger.warning("stopping")
@@ -111,9 +116,11 @@ class Launcher:
                     raise ChildDied(self._death_message(sentinels[obj]))
                 name = next(n for n, c in pending.items() if c is obj)
                 try:
-                    obj.recv()
+                    message = obj.recv()
                 except EOFError:
                     raise ChildDied(self._death_message(name)) from None
+                if message != name:
+                    raise ChildDied(f"the {name} process failed to start: {message}")
                 del pending[name]
 
     def _death_message(self, name: str) -> str:
@@ -137,9 +144,26 @@ def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> 
 
     try:
         run(args, report_ready)
-    except Exception:
-        logging.getLogger(f"reference_impl.{name}").exception("%s process failed", name)
+    except Exception as exc:
+        # NOTE: one clear line for the launcher to print; the traceback only at debug level.
+        logging.getLogger(f"reference_impl.{name}").debug("%s process failed", name, exc_info=True)
+        if not ready.closed:
+            ready.send(f"{type(exc).__name__}: {exc}")
+        else:
+            logging.getLogger(f"reference_impl.{name}").error("%s process failed: %s", name, exc)
         sys.exit(1)
+
+
+def _port_in_use(host: str, port: int) -> str | None:
+    """A message when ``host:port`` cannot be bound now, else None (port 0 is always free)."""
+    if port == 0:
+        return None
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
 
 
 def _prctl(option: int, arg) -> None:

@@ -2,8 +2,8 @@
 
 Each step's text comes from the request's incremental decoder (never half a character). Text
 that could be the start of a stop string is held back until it is known not to be one, so a
-stop string is never sent, not even in part; only that short tail is kept, so a step costs
-O(max stop length), whatever the output length.
+stop string is never sent, not even in part. An Aho-Corasick scan (``StopScanner``) gives the
+length to hold back, so a step costs O(new characters) and memory O(total stop length).
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ from collections.abc import Sequence
 
 from reference_impl.messages import FinishReason
 from reference_impl.tokenizer import IncrementalDecoder
+from reference_impl.tokenizer.stop_strings import StopScanner
 
 
 class DetokenizeStream:
     """Text deltas for one request, given its new ids per step and its finish reason."""
 
     def __init__(self, decoder: IncrementalDecoder, stop_strs: Sequence[str] = ()):
-        stops = [s for s in stop_strs if s]
+        stops = tuple(s for s in stop_strs if s)
         self._decoder = decoder
-        self._stop_prefixes = frozenset(s[:k] for s in stops for k in range(1, len(s) + 1))
-        self._stop_first_chars = frozenset(s[0] for s in stops)
-        self._max_stop_len = max(map(len, stops), default=0)
+        self._scanner = StopScanner(stops) if stops else None
         self._pending = ""
         self._finished = False
 
@@ -37,8 +36,12 @@ class DetokenizeStream:
             raise RuntimeError("step() after the request finished")
         if finish is not None:
             return self._finish(new_ids, finish)
-        text = self._pending + self._decoder.feed(new_ids)
-        num_held = self._held_len(text)
+        new_text = self._decoder.feed(new_ids)
+        text = self._pending + new_text
+        if self._scanner is None:
+            return text
+        self._scanner.feed(new_text)
+        num_held = self._scanner.held_len
         self._pending = text[len(text) - num_held:] if num_held else ""
         return text[:len(text) - num_held]
 
@@ -55,12 +58,3 @@ class DetokenizeStream:
             if cut != -1:
                 text = text[:cut]
         return text
-
-    def _held_len(self, text: str) -> int:
-        """Length of the longest suffix of ``text`` that is a prefix of some stop string."""
-        first_chars = self._stop_first_chars
-        prefixes = self._stop_prefixes
-        for k in range(min(len(text), self._max_stop_len), 0, -1):
-            if text[-k] in first_chars and text[-k:] in prefixes:
-                return k
-        return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import Tokenizer
+from reference_impl.tokenizer.stop_strings import StopScanner
 
 
 class StopChecker:
@@ -15,10 +16,8 @@ class StopChecker:
         self.eos_token_id = tokenizer.eos_token_id
 
     def tail_window(self, stop: tuple[str, ...]) -> int:
-        """Tokens to decode at the tail to see any of these stop strings (0: none)."""
-        if not stop:
-            return 0
-        return max(len(self._tokenizer.encode(s)) for s in stop) + 1
+        """Non-zero when a request with these stop strings must scan its output text."""
+        return 1 if any(stop) else 0
 
     def check(self, req: Req, token_id: int) -> FinishReason | None:
         sampling = req.sampling
@@ -29,18 +28,25 @@ class StopChecker:
         if token_id in sampling.stop_token_ids:
             return FinishReason("stop", token_id)
         if req.stop_window:
-            tail = self._tokenizer.decode(req.output_ids[-req.stop_window:])
-            for stop in sampling.stop:
-                if stop in tail:
-                    return FinishReason("stop", stop)
+            matched = self._scan(req, token_id)
+            if matched is not None:
+                return FinishReason("stop", matched)
         return None
+
+    def _scan(self, req: Req, token_id: int) -> str | None:
+        """Feed the token's new text to the request's stop scan: O(new characters) per token."""
+        if req.stop_scanner is None:
+            req.stop_scanner = StopScanner(req.sampling.stop)
+            req.stop_decoder = self._tokenizer.incremental_decoder()
+        return req.stop_scanner.feed(req.stop_decoder.feed((token_id,)))
 
 
 class Req:
     """One choice of one request, as the scheduler holds it."""
 
     __slots__ = ("rid", "origin_input_ids", "output_ids", "fill_ids", "sampling", "stream",
-                 "choice_index", "finish_reason", "stop_window", "num_sent", "is_new")
+                 "choice_index", "finish_reason", "stop_window", "num_sent", "is_new",
+                 "stop_scanner", "stop_decoder")
 
     def __init__(self, msg: TokenizedGenerateReq, storage: TokenStorage, stop_window: int):
         self.rid = msg.rid
@@ -54,6 +60,8 @@ class Req:
         self.stop_window = stop_window
         self.num_sent = 0
         self.is_new = True
+        self.stop_scanner: StopScanner | None = None
+        self.stop_decoder = None
 
     @property
     def prompt_len(self) -> int:

@@ -2,29 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reference_impl.config import ServerArgs
+from reference_impl.server.connection import (
+    CLIENT_CLOSED_REQUEST,
+    SSEResponse,
+    read_body,
+    watch_disconnect,
+)
 from reference_impl.server.metrics import ServerMetrics
 from reference_impl.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    DetokenizeRequest,
     ModelCard,
     ModelList,
+    TokenizeRequest,
     error_body,
 )
 from reference_impl.server.serving import BadRequest
 from reference_impl.server.serving_chat import ServingChat
 from reference_impl.server.serving_completions import ServingCompletions
+from reference_impl.server.serving_tokenization import ServingTokenization
 from reference_impl.server.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
+
+
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 
 def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: ServerMetrics) -> FastAPI:
@@ -32,9 +45,17 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
     app = FastAPI(title="reference_impl", openapi_url=None, docs_url=None, redoc_url=None)
     chat = ServingChat(args, tm, tokenizer, metrics)
     completions = ServingCompletions(args, tm, tokenizer, metrics)
+    tokenization = ServingTokenization(args, tokenizer)
+    max_body = args.max_request_body_bytes
 
     @app.get("/health")
     async def health() -> Response:
+        try:
+            await tm.get_scheduler_stats(args.health_check_timeout)
+        except TimeoutError:
+            return JSONResponse(error_body("the scheduler did not answer within "
+                                           f"{args.health_check_timeout} s", type="service_unavailable",
+                                           code=503), status_code=503)
         return Response(status_code=200)
 
     @app.get("/v1/models")
@@ -45,18 +66,31 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
     @app.get("/metrics")
     async def prometheus() -> Response:
         try:
-            stats = await tm.get_scheduler_stats()
+            stats = await tm.get_scheduler_stats(args.health_check_timeout)
         except TimeoutError:
             stats = None
+        metrics.tracked.set(len(tm.rid_to_state))
         return Response(metrics.render(stats), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: ChatCompletionRequest, raw: Request) -> Response:
-        return await _serve(chat, request, raw)
+    async def chat_completions(raw: Request) -> Response:
+        body = await read_body(raw, max_body)
+        return await _serve(chat, ChatCompletionRequest.model_validate_json(body), raw)
 
     @app.post("/v1/completions")
-    async def text_completions(request: CompletionRequest, raw: Request) -> Response:
-        return await _serve(completions, request, raw)
+    async def text_completions(raw: Request) -> Response:
+        body = await read_body(raw, max_body)
+        return await _serve(completions, CompletionRequest.model_validate_json(body), raw)
+
+    @app.post("/tokenize")
+    async def tokenize(raw: Request) -> Response:
+        request = TokenizeRequest.model_validate_json(await read_body(raw, max_body))
+        return JSONResponse(tokenization.tokenize(request).model_dump())
+
+    @app.post("/detokenize")
+    async def detokenize(raw: Request) -> Response:
+        request = DetokenizeRequest.model_validate_json(await read_body(raw, max_body))
+        return JSONResponse(tokenization.detokenize(request).model_dump())
 
     _add_error_handlers(app, metrics)
     return app
@@ -65,14 +99,23 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
 async def _serve(serving, request, raw: Request) -> Response:
     subs = serving.prepare(request)
     if request.stream:
-        return StreamingResponse(serving.stream(request, subs), media_type="text/event-stream")
-    response = await serving.complete(request, subs, raw.is_disconnected)
+        return SSEResponse(serving.stream(request, subs), subs.gone,
+                           lambda: serving.record(subs, CLIENT_CLOSED_REQUEST))
+    listener = asyncio.create_task(watch_disconnect(raw.receive, subs.gone))
+    try:
+        response = await serving.complete(request, subs)
+    except ConnectionAbortedError:
+        logger.info("client disconnected before its %s response; request aborted", serving.endpoint)
+        serving.record(subs, CLIENT_CLOSED_REQUEST)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    finally:
+        listener.cancel()
     return JSONResponse(response.model_dump())
 
 
 def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
     def reply(raw: Request, status: int, body: dict) -> JSONResponse:
-        endpoint = raw.url.path.rsplit("/", 1)[-1]
+        endpoint = ENDPOINTS.get(raw.url.path, raw.url.path.rsplit("/", 1)[-1])
         metrics.requests.labels(endpoint, str(status)).inc()
         return JSONResponse(body, status_code=status)
 

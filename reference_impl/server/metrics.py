@@ -30,6 +30,10 @@ class ServerMetrics:
                              buckets=_LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram(_PREFIX + "e2e_request_latency_seconds", "From arrival to the last output.",
                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.scheduler_up = Gauge(_PREFIX + "scheduler_up", "1 when the scheduler answered this "
+                                  "scrape in time; else 0 and its gauges are NaN.", registry=r)
+        self.tracked = Gauge(_PREFIX + "num_tracked_reqs", "Sub-requests the HTTP process holds a "
+                             "state for (rid_to_state).", registry=r)
         self.running = Gauge(_PREFIX + "num_running_reqs", "Requests in the running batch.", registry=r)
         self.waiting = Gauge(_PREFIX + "num_waiting_reqs", "Requests in the waiting queue.", registry=r)
         self.token_usage = Gauge(_PREFIX + "token_usage", "Fraction of KV tokens held.", registry=r)
@@ -61,7 +65,12 @@ class ServerMetrics:
 
     def render(self, stats: SchedulerStats | None) -> bytes:
         """The Prometheus text exposition, with the scheduler's state when it answered."""
-        if stats is not None:
+        self.scheduler_up.set(0 if stats is None else 1)
+        if stats is None:
+            for gauge in (self.running, self.waiting, self.token_usage, self.prefill_steps,
+                          self.decode_steps):
+                gauge.set(float("nan"))
+        else:
             self.running.set(stats.num_running_reqs)
             self.waiting.set(stats.num_waiting_reqs)
             self.token_usage.set(stats.num_used_tokens / max(1, stats.max_total_tokens))

@@ -16,6 +16,7 @@ from reference_impl import ipc
 from reference_impl.config import ServerArgs
 from reference_impl.messages import BatchStrOutput, ToTokenizerManager
 from reference_impl.server.app import create_app
+from reference_impl.server.connection import timed_http_protocol
 from reference_impl.server.metrics import ServerMetrics
 from reference_impl.server.tokenizer_manager import TokenizerManager
 from reference_impl.tokenizer import get_tokenizer
@@ -39,8 +40,9 @@ async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
     receiver.add_done_callback(_exit_if_failed)
     server = uvicorn.Server(uvicorn.Config(
         create_app(args, tm, tokenizer, metrics), host=args.host, port=args.port,
-        log_level=args.log_level, access_log=False, http="httptools", lifespan="off",
-        backlog=8192, timeout_keep_alive=60, timeout_graceful_shutdown=2,
+        log_level=args.log_level, access_log=False, http=timed_http_protocol(args.timeout_request_read),
+        lifespan="off", backlog=8192, timeout_keep_alive=args.timeout_keep_alive,
+        limit_concurrency=args.limit_concurrency, timeout_graceful_shutdown=2,
     ))
     serving = asyncio.create_task(server.serve())
     while not server.started:

@@ -8,11 +8,16 @@ configuration (``n`` over the limit, unknown model, prompt too long) belong to t
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-PromptInput = str | list[int] | list[list[int]] | list[str]
+# NOTE: every integer that reaches another process is bounded to a signed 64-bit value here, so
+# one out of range is a 400, never an overflow when the request is packed for the scheduler.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+TokenId = Annotated[int, Field(ge=0, le=INT64_MAX)]
+PromptInput = str | list[TokenId] | list[list[TokenId]] | list[str]
 
 
 class _Request(BaseModel):
@@ -30,18 +35,18 @@ class _SamplingRequest(_Request):
     """Fields shared by chat and completions requests (SGLang extensions marked as such)."""
 
     model: str
-    max_tokens: int | None = Field(default=None, gt=0)
-    n: int = Field(default=1, ge=1)
+    max_tokens: int | None = Field(default=None, gt=0, le=INT64_MAX)
+    n: int = Field(default=1, ge=1, le=INT64_MAX)
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = -1  # extension
-    seed: int | None = None
+    top_k: int = Field(default=-1, ge=-1, le=INT64_MAX)  # extension
+    seed: Int64 | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None  # extension
+    stop_token_ids: list[TokenId] | None = None  # extension
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # extension
-    min_tokens: int = Field(default=0, ge=0)  # extension, accepted and ignored
+    min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)  # extension, accepted and ignored
 
     @field_validator("stop")
     @classmethod
@@ -94,7 +99,7 @@ class ChatCompletionRequest(_SamplingRequest):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatCompletionMessageParam] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
+    max_completion_tokens: int | None = Field(default=None, gt=0, le=INT64_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
@@ -108,9 +113,9 @@ class CompletionRequest(_SamplingRequest):
     """``POST /v1/completions``; a list of strings or of id lists is a batch of prompts."""
 
     prompt: PromptInput
-    max_tokens: int | None = Field(default=16, gt=0)
+    max_tokens: int | None = Field(default=16, gt=0, le=INT64_MAX)
     echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0)
+    logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)
     suffix: str | None = None  # accepted and ignored
 
     @field_validator("prompt")
@@ -119,8 +124,6 @@ class CompletionRequest(_SamplingRequest):
         prompts = _split_prompts(prompt)
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("prompt must not be empty")
-        if any(isinstance(p, list) and min(p) < 0 for p in prompts):
-            raise ValueError("prompt token ids must be >= 0")
         return prompt
 
     @property
@@ -138,6 +141,49 @@ def _split_prompts(prompt: PromptInput) -> list[str | list[int]]:
     if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
         return [prompt]
     return list(prompt) if prompt else [prompt]
+
+
+class TokenizeRequest(_Request):
+    """``POST /tokenize`` (vLLM's shape): a ``prompt`` as completions sees it, or chat ``messages``.
+
+    ``add_special_tokens`` and ``add_generation_prompt`` are accepted for compatibility: this
+    server never adds special tokens to a prompt and always ends a chat prompt with the
+    assistant turn, so ``tokens`` are exactly what the completions or chat endpoint would use.
+    """
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatCompletionMessageParam] | None = Field(default=None, min_length=1)
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+    @model_validator(mode="after")
+    def _prompt_or_messages(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'prompt' or 'messages'")
+        return self
+
+
+class TokenizeResponse(BaseModel):
+    """The ids of a prompt, their number, and the context length."""
+
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(_Request):
+    """``POST /detokenize``: token ids back to text."""
+
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+class DetokenizeResponse(BaseModel):
+    """The text of the given ids."""
+
+    prompt: str
 
 
 class UsageInfo(BaseModel):

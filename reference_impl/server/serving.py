@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reference_impl.config import ServerArgs
 from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
@@ -12,7 +12,7 @@ from reference_impl.server.deltas import get_delta_tracker
 from reference_impl.server.metrics import ServerMetrics
 from reference_impl.server.protocol import UsageInfo
 from reference_impl.server.stream_outputs import ReqOutput
-from reference_impl.server.tokenizer_manager import IsDisconnected, TokenizerManager
+from reference_impl.server.tokenizer_manager import ClientGone, TokenizerManager
 from reference_impl.tokenizer import Tokenizer
 
 
@@ -35,6 +35,7 @@ class SubRequests:
     indices: list[int]
     prompt_lens: list[int]          # per choice index
     arrival: float
+    gone: ClientGone = field(default_factory=ClientGone)
 
     @property
     def prompt_tokens(self) -> int:
@@ -79,6 +80,7 @@ class ServingBase:
         self._check_model(request.model)
         if request.n > self.args.max_n:
             raise BadRequest(f"n must be at most {self.args.max_n}, got {request.n}", param="n")
+        self._check_sizes(request, prompts)
         request_id = f"{self.id_prefix}{uuid.uuid4().hex}"
         reqs, indices, prompt_lens = [], [], []
         for p, ids in enumerate(prompts):
@@ -91,11 +93,10 @@ class ServingBase:
                 prompt_lens.append(len(ids))
         return SubRequests(request_id, int(time.time()), reqs, indices, prompt_lens, time.perf_counter())
 
-    async def collect(self, subs: SubRequests, is_disconnected: IsDisconnected
-                      ) -> list[tuple[int, ReqOutput]]:
+    async def collect(self, subs: SubRequests) -> list[tuple[int, ReqOutput]]:
         """Every choice's final output, in index order."""
         finals = []
-        async for index, out in self.tm.generate(subs.reqs, subs.indices, is_disconnected):
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone):
             if out.finish_reason is not None:
                 finals.append((index, out))
         finals.sort(key=lambda item: item[0])
@@ -104,6 +105,25 @@ class ServingBase:
 
     def record(self, subs: SubRequests, status: int = 200) -> None:
         self.metrics.on_finish(self.endpoint, status, subs.prompt_tokens, subs.arrival, time.perf_counter())
+
+    def _check_sizes(self, request, prompts: list[list[int]]) -> None:
+        args = self.args
+        if len(prompts) > args.max_prompts_per_request:
+            raise BadRequest(f"A request may hold at most {args.max_prompts_per_request} prompts, "
+                             f"got {len(prompts)} (--max-prompts-per-request).", param="prompt")
+        num_tokens = sum(map(len, prompts)) * request.n
+        if num_tokens > args.max_request_prompt_tokens:
+            raise BadRequest(f"The prompts times n come to {num_tokens} tokens; the limit is "
+                             f"{args.max_request_prompt_tokens} (--max-request-prompt-tokens).",
+                             param="prompt" if self.endpoint == "completions" else "messages")
+        stops = request.stop_strs
+        if len(stops) > args.max_stop_strings:
+            raise BadRequest(f"At most {args.max_stop_strings} stop strings, got {len(stops)} "
+                             f"(--max-stop-strings).", param="stop")
+        longest = max(map(len, stops), default=0)
+        if longest > args.max_stop_str_len:
+            raise BadRequest(f"A stop string has {longest} characters; the limit is "
+                             f"{args.max_stop_str_len} (--max-stop-str-len).", param="stop")
 
     def _check_model(self, model: str) -> None:
         if model != self.args.served_model_name:

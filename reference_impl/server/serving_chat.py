@@ -19,7 +19,6 @@ from reference_impl.server.serving import (
     usage_dict,
 )
 from reference_impl.server.sse import SSE_DONE, get_chat_chunk_encoder, sse_data
-from reference_impl.server.tokenizer_manager import IsDisconnected
 
 
 class ServingChat(ServingBase):
@@ -44,7 +43,7 @@ class ServingChat(ServingBase):
         head = {"chunk_id": subs.request_id, "created": subs.created, "model": request.model}
         continuous = request.continuous_usage_stats
         completion_tokens = 0
-        async for index, out in self.tm.generate(subs.reqs, subs.indices):
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone):
             usage = usage_dict(out.prompt_tokens, out.completion_tokens) if continuous else None
             if tracker.is_first(index):
                 yield encode(**head, index=index, role="assistant", content="", usage=usage)
@@ -62,10 +61,9 @@ class ServingChat(ServingBase):
         yield SSE_DONE
         self.record(subs)
 
-    async def complete(self, request: ChatCompletionRequest, subs: SubRequests,
-                       is_disconnected: IsDisconnected) -> ChatCompletionResponse:
+    async def complete(self, request: ChatCompletionRequest, subs: SubRequests) -> ChatCompletionResponse:
         """The whole response once every choice has finished."""
-        finals = await self.collect(subs, is_disconnected)
+        finals = await self.collect(subs)
         choices = []
         for index, out in finals:
             reason, matched = finish_fields(out.finish_reason)

@@ -19,7 +19,6 @@ from reference_impl.server.serving import (
     total_completion_tokens,
 )
 from reference_impl.server.sse import SSE_DONE, sse_data
-from reference_impl.server.tokenizer_manager import IsDisconnected
 
 
 class ServingCompletions(ServingBase):
@@ -50,7 +49,7 @@ class ServingCompletions(ServingBase):
         echoes = self.echo_texts(request)
         continuous = request.continuous_usage_stats
         completion_tokens = 0
-        async for index, out in self.tm.generate(subs.reqs, subs.indices):
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone):
             usage = UsageInfo.of(out.prompt_tokens, out.completion_tokens) if continuous else None
             first = tracker.is_first(index)
             # NOTE: the tracker sees generated text only; the echo never moves its offset.
@@ -70,10 +69,9 @@ class ServingCompletions(ServingBase):
         yield SSE_DONE
         self.record(subs)
 
-    async def complete(self, request: CompletionRequest, subs: SubRequests,
-                       is_disconnected: IsDisconnected) -> CompletionResponse:
+    async def complete(self, request: CompletionRequest, subs: SubRequests) -> CompletionResponse:
         """The whole response once every choice has finished."""
-        finals = await self.collect(subs, is_disconnected)
+        finals = await self.collect(subs)
         echoes = self.echo_texts(request)
         choices = []
         for index, out in finals:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 from reference_impl.config import ServerArgs
 from reference_impl.messages import (
@@ -24,9 +24,35 @@ from reference_impl.messages import (
 from reference_impl.server.stream_outputs import ReqOutput, ReqState, make_stream_outputs
 from reference_impl.server.wakeups import make_wakeups
 
-IsDisconnected = Callable[[], Awaitable[bool]]
-_DISCONNECT_CHECK_S = 1.0
 _STATS_TIMEOUT_S = 10.0
+
+
+class ClientGone:
+    """Set once, when a request's client disconnects; the request's streams stop at once.
+
+    Setting it aborts the request's unfinished sub-requests and wakes their waiting streams,
+    which check ``is_set`` on every wake-up (O(1)) and leave: a busy stream whose event is
+    always set again before it suspends never needs a cancellation to land.
+    """
+
+    __slots__ = ("is_set", "_on_set")
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self._on_set: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        if self.is_set:
+            return
+        self.is_set = True
+        for callback in self._on_set:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the client goes (now, if it has already gone)."""
+        self._on_set.append(callback)
+        if self.is_set:
+            callback()
 
 
 class TokenizerManager:
@@ -72,56 +98,70 @@ class TokenizerManager:
     # Request side
 
     async def generate(self, reqs: list[TokenizedGenerateReq], indices: list[int],
-                       is_disconnected: IsDisconnected | None = None
-                       ) -> AsyncIterator[tuple[int, ReqOutput]]:
+                       gone: ClientGone | None = None) -> AsyncIterator[tuple[int, ReqOutput]]:
         """Send the sub-requests and yield ``(index, output)`` until each has finished.
 
-        Leaving early (client gone, cancelled) aborts every sub-request still running.
+        Leaving early (client gone, cancelled, an error) aborts every sub-request still running;
+        no exception leaves a state behind in ``rid_to_state``.
         """
-        states = [self._register(req, index) for req, index in zip(reqs, indices, strict=True)]
-        for req in reqs:
-            self._send(req)
+        states = self._register_and_send(reqs, indices)
+        if gone is not None:
+            gone.on_set(lambda: self._stop(states))
         try:
             if len(states) == 1:
-                async for out in self._wait_one(states[0], is_disconnected):
+                async for out in self._wait_one(states[0], gone):
                     yield states[0].index, out
             else:
-                async for item in self._wait_many(states, is_disconnected):
+                async for item in self._wait_many(states, gone):
                     yield item
         finally:
-            for state in states:
-                if not state.finished:
-                    self.abort(state.rid)
+            self._stop(states)
 
     def abort(self, rid: str) -> None:
         """Forget a request and tell the scheduler to free it."""
         if self.rid_to_state.pop(rid, None) is not None:
             self._send(AbortReq(rid))
 
-    async def get_scheduler_stats(self) -> SchedulerStats:
+    def _stop(self, states: list[ReqState]) -> None:
+        """Abort the unfinished states and wake their streams (they check why they woke)."""
+        for state in states:
+            if not state.finished:
+                self.abort(state.rid)
+                state.event.set()
+
+    async def get_scheduler_stats(self, timeout: float = _STATS_TIMEOUT_S) -> SchedulerStats:
+        """The scheduler's stats, or ``TimeoutError`` when it does not answer in ``timeout`` s."""
         request_id = next(self._stats_ids)
         waiter = asyncio.get_running_loop().create_future()
         self._stats_waiters[request_id] = waiter
         self._send(GetStatsReq(request_id))
         try:
-            return await asyncio.wait_for(waiter, _STATS_TIMEOUT_S)
+            return await asyncio.wait_for(waiter, timeout)
         finally:
             self._stats_waiters.pop(request_id, None)
 
-    def _register(self, req: TokenizedGenerateReq, index: int) -> ReqState:
-        state = ReqState(req.rid, index, asyncio.Event(), time.perf_counter())
-        self.rid_to_state[req.rid] = state
-        return state
+    def _register_and_send(self, reqs: list[TokenizedGenerateReq], indices: list[int]
+                           ) -> list[ReqState]:
+        states = []
+        try:
+            for req, index in zip(reqs, indices, strict=True):
+                state = ReqState(req.rid, index, asyncio.Event(), time.perf_counter())
+                self.rid_to_state[req.rid] = state
+                states.append(state)
+                self._send(req)
+        except BaseException:
+            for state in states:
+                self.abort(state.rid)
+            raise
+        return states
 
-    async def _wait_one(self, state: ReqState, is_disconnected: IsDisconnected | None
-                        ) -> AsyncIterator[ReqOutput]:
+    async def _wait_one(self, state: ReqState, gone: ClientGone | None) -> AsyncIterator[ReqOutput]:
         take = self._outputs.take
         while True:
-            if is_disconnected is None:
-                await state.event.wait()
-            else:
-                await self._wait_or_check(state, is_disconnected)
+            await state.event.wait()
             state.event.clear()
+            if gone is not None and gone.is_set:
+                raise ConnectionAbortedError("client disconnected")
             outs, state.out_list = state.out_list, []
             if not outs:
                 continue
@@ -130,22 +170,13 @@ class TokenizerManager:
             if out.finish_reason is not None:
                 return
 
-    async def _wait_or_check(self, state: ReqState, is_disconnected: IsDisconnected) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(state.event.wait(), _DISCONNECT_CHECK_S)
-                return
-            except TimeoutError:
-                if await is_disconnected():
-                    raise ConnectionAbortedError("client disconnected") from None
-
-    async def _wait_many(self, states: list[ReqState], is_disconnected: IsDisconnected | None
+    async def _wait_many(self, states: list[ReqState], gone: ClientGone | None
                          ) -> AsyncIterator[tuple[int, ReqOutput]]:
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(state: ReqState) -> None:
             try:
-                async for out in self._wait_one(state, is_disconnected):
+                async for out in self._wait_one(state, gone):
                     queue.put_nowait((state.index, out))
             except BaseException as exc:  # surfaced to the merged stream
                 queue.put_nowait(exc)

@@ -26,6 +26,23 @@ BAD_REQUESTS = {
     "empty-messages": (CHAT, {**GOOD_CHAT, "messages": []}, "messages"),
     "empty-prompt": ("/v1/completions", {"model": MODEL, "prompt": ""}, "prompt"),
     "token-id-out-of-vocab": ("/v1/completions", {"model": MODEL, "prompt": [1, 2, 99999]}, "prompt"),
+    "seed-past-int64": (CHAT, {**GOOD_CHAT, "seed": 2**64}, "seed"),
+    "seed-below-int64": (CHAT, {**GOOD_CHAT, "seed": -(2**63) - 1}, "seed"),
+    "top-k-past-int64": (CHAT, {**GOOD_CHAT, "top_k": 2**63}, "top_k"),
+    "seed-past-int64-streamed": (CHAT, {**GOOD_CHAT, "seed": 2**64, "stream": True}, "seed"),
+    "top-k-past-int64-completions": ("/v1/completions", {"model": MODEL, "prompt": "x", "top_k": 2**70},
+                                     "top_k"),
+    "prompt-id-past-int64": ("/v1/completions", {"model": MODEL, "prompt": [1, 2**64]}, "prompt"),
+    "stop-token-id-past-int64": (CHAT, {**GOOD_CHAT, "stop_token_ids": [2**64]}, "stop_token_ids"),
+    "too-many-stop-strings": (CHAT, {**GOOD_CHAT, "stop": [f"s{i}" for i in range(17)]}, "stop"),
+    "stop-string-too-long": (CHAT, {**GOOD_CHAT, "stop": "x" * 60_000}, "stop"),
+    "too-many-prompts": ("/v1/completions", {"model": MODEL, "prompt": ["a"] * 65}, "prompt"),
+    "prompt-times-n-too-large": ("/v1/completions", {"model": MODEL, "prompt": "x" * 100_000, "n": 16},
+                                 "prompt"),
+    "tokenize-neither-prompt-nor-messages": ("/tokenize", {"model": MODEL}, None),
+    "tokenize-unknown-model": ("/tokenize", {"model": "nope", "prompt": "x"}, "model"),
+    "detokenize-out-of-vocab": ("/detokenize", {"tokens": [1, 99999]}, "tokens"),
+    "detokenize-negative-id": ("/detokenize", {"tokens": [-1]}, "tokens"),
 }
 
 
@@ -44,13 +61,62 @@ def test_bad_request_gets_openai_error_and_server_keeps_serving(server, name):
     assert httpx.post(server.url + CHAT, json=GOOD_CHAT, timeout=30).status_code == 200
 
 
+def _tracked(url: str) -> float:
+    return _metric(httpx.get(url + "/metrics", timeout=30).text, "num_tracked_reqs")
+
+
+def test_out_of_range_ints_keep_the_connection_and_leave_no_state(server):
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for body in ({**GOOD_CHAT, "seed": 2**64}, {**GOOD_CHAT, "top_k": 2**64, "stream": True}):
+            assert client.post(CHAT, json=body).status_code == 400
+        assert client.post(CHAT, json=GOOD_CHAT).status_code == 200  # same keep-alive connection
+    assert _tracked(server.url) == 0
+
+
+def test_body_past_the_limit_is_413_by_length_and_by_streamed_count(server):
+    big = b'{"model": "' + b"x" * (17 * 2**20) + b'"}'
+    response = httpx.post(server.url + CHAT, content=big, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == 413
+
+    def chunks():
+        for _ in range(17):
+            yield b" " * 2**20  # chunked: no Content-Length, counted while read
+
+    response = httpx.post(server.url + CHAT, content=chunks(), timeout=60)
+    assert response.status_code == 413
+    assert httpx.post(server.url + CHAT, json=GOOD_CHAT, timeout=30).status_code == 200
+
+
+def test_chat_errors_are_counted_under_chat(server):
+    before = httpx.get(server.url + "/metrics", timeout=30).text
+    httpx.post(server.url + CHAT, json={**GOOD_CHAT, "n": 1000}, timeout=30)
+    after = httpx.get(server.url + "/metrics", timeout=30).text
+    label = '_total{endpoint="chat",status="400"}'
+    assert _metric(after, "num_requests" + label) == _metric(before, "num_requests" + label, 0) + 1
+
+
+def test_tokenize_and_detokenize_round_trip(server):
+    text = "Grüße 東京 🚀"
+    tok = httpx.post(server.url + "/tokenize", json={"prompt": text}, timeout=30).json()
+    assert tok["count"] == len(tok["tokens"]) > 0 and tok["max_model_len"] == 131072
+    back = httpx.post(server.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=30).json()
+    assert back == {"prompt": text}
+    chat = httpx.post(server.url + "/tokenize", json={"model": MODEL, **{
+        "messages": GOOD_CHAT["messages"]}}, timeout=30).json()
+    response = httpx.post(server.url + CHAT, json=GOOD_CHAT, timeout=30).json()
+    assert chat["count"] == response["usage"]["prompt_tokens"]
+
+
 def test_unknown_path_is_an_openai_404(server):
     response = httpx.get(server.url + "/v1/nothing", timeout=10)
     assert response.status_code == 404 and "error" in response.json()
 
 
-def _metric(text: str, name: str) -> float:
-    match = re.search(rf"^reference:{name} (\S+)$", text, re.MULTILINE)
+def _metric(text: str, name: str, default: float | None = None) -> float:
+    match = re.search(rf"^reference:{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    if match is None and default is not None:
+        return default
     assert match, name
     return float(match.group(1))
 

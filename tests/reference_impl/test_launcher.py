@@ -95,3 +95,35 @@ def test_help_documents_hot_path_flags():
                  "--max-running-requests", "--all-legacy", "sglang#22658", "sglang#22567",
                  "sglang#25098", "sglang#23189", "sglang#22606"):
         assert flag in out, flag
+
+
+def _run_server(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reference_impl", *flags], capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_port_in_use_prints_one_clear_line():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = _run_server("--port", str(port))
+    assert result.returncode != 0
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
+
+
+def test_torch_on_cuda_without_a_gpu_prints_one_clear_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    result = _run_server("--engine", "torch", "--device", "cuda", "--port", "0")
+    assert result.returncode != 0
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "scheduler process failed to start" in lines[0] and "CUDA" in lines[0]
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,124 @@
+"""Per-connection guards of the HTTP process: body size, vanished clients, stalled requests.
+
+- ``read_body``: rejects a body past the limit by its Content-Length before reading it, and by
+  the bytes received while reading a chunked one (413), so a huge body is never buffered.
+- ``watch_disconnect`` / ``SSEResponse``: a listener on the ASGI ``receive`` channel sets the
+  request's ``ClientGone`` the moment uvicorn sees the connection lost. uvicorn drops writes to
+  a closed connection silently, and a cancellation can miss a stream that is always ready, so
+  the stream itself checks ``ClientGone`` at every wake-up and stops.
+- ``timed_http_protocol``: uvicorn's httptools protocol with a request-read timeout: a
+  connection that sends nothing, or only part of a request, is closed when it expires (uvicorn
+  times out only idle keep-alive connections between requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from reference_impl.server.serving import BadRequest
+from reference_impl.server.tokenizer_manager import ClientGone
+
+logger = logging.getLogger(__name__)
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the response
+
+
+async def read_body(raw: Request, max_bytes: int) -> bytes:
+    """The request body, or a 413 ``BadRequest`` once it is known to pass ``max_bytes``."""
+    length = raw.headers.get("content-length", "")
+    if length.isdigit() and int(length) > max_bytes:
+        raise _too_large(int(length), max_bytes)
+    chunks, size = [], 0
+    async for chunk in raw.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise _too_large(size, max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, max_bytes: int) -> BadRequest:
+    return BadRequest(f"The request body has at least {size} bytes; the limit is {max_bytes} "
+                      f"(--max-request-body-bytes).", code=413, status=413)
+
+
+async def watch_disconnect(receive: Receive, gone: ClientGone) -> None:
+    """Set ``gone`` when the client disconnects (run as a task; cancel it when done)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+class SSEResponse(StreamingResponse):
+    """An SSE stream that stops, and aborts its request, as soon as the client is gone."""
+
+    def __init__(self, content: AsyncIterator[bytes], gone: ClientGone,
+                 on_client_gone: Callable[[], None]):
+        super().__init__(content, media_type="text/event-stream")
+        self.gone = gone
+        self.on_client_gone = on_client_gone
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        listener = asyncio.create_task(watch_disconnect(receive, self.gone))
+        try:
+            await self.stream_response(send)
+        except (ConnectionAbortedError, OSError):
+            self.gone.set()
+        finally:
+            listener.cancel()
+            await self.body_iterator.aclose()
+        if self.gone.is_set:
+            logger.info("client disconnected from a stream; its request was aborted")
+            self.on_client_gone()
+
+
+class _TimedHttpToolsProtocol(HttpToolsProtocol):
+    """httptools protocol that closes a connection whose request is not complete in time."""
+
+    request_read_timeout = 30.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._read_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm_read_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_read_timer()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm_read_timer()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm_read_timer()
+        super().connection_lost(exc)
+
+    def _arm_read_timer(self) -> None:
+        self._disarm_read_timer()
+        self._read_timer = self.loop.call_later(self.request_read_timeout, self._read_timed_out)
+
+    def _disarm_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def timed_http_protocol(request_read_timeout: float) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``request_read_timeout`` seconds to receive a request."""
+    return type("TimedHttpToolsProtocol", (_TimedHttpToolsProtocol,),
+                {"request_read_timeout": request_read_timeout})

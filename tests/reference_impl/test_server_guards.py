@@ -1,0 +1,79 @@
+"""Server guards end to end: idle and half-request sockets closed, /health follows the scheduler,
+a client leaving a non-streamed request is a 499 (not a 500)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import time
+
+import httpx
+
+from tests.reference_impl.conftest import MODEL, ServerProcess
+
+READ_TIMEOUT_S = 2
+
+
+def _closed_within(sock: socket.socket, timeout: float) -> bool:
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _metric(text: str, name: str) -> float:
+    match = re.search(rf"^reference:{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_idle_and_half_request_sockets_are_closed_after_the_read_timeout():
+    with ServerProcess("--sim-profile", "zero", "--timeout-request-read", str(READ_TIMEOUT_S)) as srv:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(5)]
+        half = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(5)]
+        for sock in half:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Len")
+        try:
+            assert all(_closed_within(s, READ_TIMEOUT_S + 20) for s in idle + half)
+        finally:
+            for sock in idle + half:
+                sock.close()
+        assert httpx.get(srv.url + "/v1/models", timeout=30).status_code == 200
+
+
+def test_health_is_503_while_the_scheduler_hangs_and_200_after():
+    with ServerProcess("--sim-profile", "zero", "--health-check-timeout", "1") as srv:
+        scheduler = srv.child_pids()["scheduler"]
+        os.kill(scheduler, signal.SIGSTOP)
+        try:
+            assert httpx.get(srv.url + "/health", timeout=30).status_code == 503
+            metrics = httpx.get(srv.url + "/metrics", timeout=30).text
+            assert _metric(metrics, "scheduler_up") == 0
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
+        assert httpx.get(srv.url + "/health", timeout=30).status_code == 200
+        assert _metric(httpx.get(srv.url + "/metrics", timeout=30).text, "scheduler_up") == 1
+
+
+def test_client_leaving_a_non_streamed_request_is_a_499_and_frees_it():
+    with ServerProcess("--sim-profile", "zero", log_path=os.devnull) as srv:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 120_000, "ignore_eos": True}
+        try:
+            httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=1.5)
+        except httpx.ReadTimeout:
+            pass  # the client gives up and closes its connection
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            text = httpx.get(srv.url + "/metrics", timeout=30).text
+            if _metric(text, 'num_requests_total{endpoint="chat",status="499"}') == 1:
+                break
+            time.sleep(0.2)
+        assert _metric(text, 'num_requests_total{endpoint="chat",status="499"}') == 1
+        assert _metric(text, 'num_requests_total{endpoint="chat",status="500"}') == 0
+        assert _metric(text, "num_tracked_reqs") == 0
+        assert _metric(text, "num_running_reqs") == 0

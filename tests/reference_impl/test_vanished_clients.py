@@ -1,0 +1,103 @@
+"""Slow streaming clients that reset their connections stop costing the HTTP process anything.
+
+Real server, real sockets: each client asks for a long stream with a small receive buffer, reads
+a little, and later resets (SO_LINGER 0, then close). Within a bounded time every stream must
+have ended (aborted, counted as 499, or finished), the scheduler must be idle and the HTTP
+process must hold no request state; then its CPU time (from /proc) must be flat and a fresh
+request must be served. The bounds are generous: before the fix the HTTP process kept a core
+busy for minutes, its dead streams were never counted, and fresh requests timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import struct
+import time
+
+import httpx
+import pytest
+
+from tests.reference_impl.conftest import MODEL, ServerProcess
+
+NUM_CLIENTS = 20
+HOLD_S = 8.0          # clients stay connected, unread, while the server runs ahead
+SETTLE_S = 1.0        # once settled: the bounded output queues drain, then the window opens
+CPU_WINDOW_S = 4.0
+MAX_WINDOW_CPU_S = 0.25
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 120_000,
+        "ignore_eos": True, "stream": True}
+CONFIGS = {
+    "batched": [],
+    "immediate": ["--wakeup", "immediate"],
+    "incremental": ["--incremental-streaming-output"],
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process, from /proc/PID/stat."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def slow_client(port: int) -> socket.socket:
+    """A streaming chat request sent on a socket with a 4 KB receive buffer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(60)
+    sock.connect(("127.0.0.1", port))
+    data = json.dumps(BODY).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    return sock
+
+
+def reset(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    match = re.search(rf"^reference:{name}{re.escape(labels)} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def wait_settled(url: str, timeout: float = 30.0) -> str:
+    """/metrics once the scheduler is idle and the HTTP process tracks no request."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = httpx.get(url + "/metrics", timeout=30).text
+        idle = all(metric(text, n) == 0 for n in ("num_running_reqs", "num_waiting_reqs",
+                                                   "num_tracked_reqs"))
+        if idle or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_reset_slow_streams_stop_costing_cpu(config):
+    with ServerProcess("--sim-profile", "zero", *CONFIGS[config]) as srv:
+        http_pid = srv.child_pids()["http"]
+        socks = [slow_client(srv.port) for _ in range(NUM_CLIENTS)]
+        for sock in socks:
+            assert sock.recv(500)  # read a little, then nothing
+        time.sleep(HOLD_S)
+        for sock in socks:
+            reset(sock)
+        text = wait_settled(srv.url)
+        assert metric(text, "num_running_reqs") == 0
+        assert metric(text, "num_tracked_reqs") == 0
+        ended = sum(metric(text, "num_requests_total", f'{{endpoint="chat",status="{s}"}}')
+                    for s in ("200", "499"))
+        assert ended == NUM_CLIENTS, text  # every stream ended: finished or aborted, none left
+        time.sleep(SETTLE_S)
+        start = cpu_seconds(http_pid)
+        time.sleep(CPU_WINDOW_S)
+        window_cpu = cpu_seconds(http_pid) - start
+        assert window_cpu <= MAX_WINDOW_CPU_S, f"HTTP process used {window_cpu:.2f} s of CPU"
+        fresh = httpx.post(srv.url + "/v1/chat/completions",
+                           json={**BODY, "max_tokens": 4, "stream": False}, timeout=10)
+        assert fresh.status_code == 200
+        assert fresh.json()["usage"]["completion_tokens"] == 4
