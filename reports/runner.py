@@ -79,7 +79,9 @@ def _server_failure(run: Run, log: Path, error: Exception) -> ReportError:
 def _loadgen(run: Run, url: str, out: Path, records: Path, settings: Settings) -> dict:
     cmd = [sys.executable, "-m", "loadgen", "--base-url", url, *run.load.loadgen_args(),
            "--workers", settings.loadgen_workers, "--output", str(out), "--records", str(records),
-           "--quiet"]
+           "--quiet", "--no-server-tokenize"]
+    # NOTE: no /tokenize calibration: its calls would land in the profiled CPU window, and the
+    # scenarios define their prompt sizes in loadgen's estimated tokens (see scenarios.py).
     preexec = settings.placement.client_preexec() if settings.placement else None
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOADGEN_TIMEOUT_S,
                           preexec_fn=preexec)
