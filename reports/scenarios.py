@@ -9,7 +9,8 @@ SMALLEST_SCALE = 0.01
 ALL_LEGACY = ("--all-legacy",)
 QUEUE_TRIGGER = ("--enable-prefill-delayer", "--prefill-delayer-queue-min-ratio", "0.1")
 DP_ATTENTION = ("--dp-size", "4", "--enable-dp-attention", "--sim-profile", "gb200-moe-dp")
-PD_DECODE = ("--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100")
+PD_DECODE = ("--disaggregation-mode", "decode", "--sim-profile", "pd-decode-fast")
+PD_DECODE_H100 = ("--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100")
 H100 = ("--sim-profile", "h100-llama-8b")
 
 
@@ -135,10 +136,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("storm", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, PD decode node",
              ("H1", "H2", "H6"),
              "Upstream's H1+H2 setting: a PD-disaggregated decode node (--disaggregation-mode decode, "
-             "sim profile pd-decode-h100: KV arrives from a prefill node, no prefill compute, a decode "
-             "step short enough that the HTTP process limits throughput). Every stream starts at once "
-             "(concurrency = prompts), ignore_eos. H1 (wake-ups) and H2 (SSE encoding) toggled alone; "
-             "all-legacy also carries H3 copy and H6 concat.", _storm_in(PD_DECODE)),
+             "sim profile pd-decode-fast: KV arrives from a prefill node, no prefill compute, a 24 ms "
+             "decode step at 2048 sequences, so the HTTP process limits throughput in every form). "
+             "Every stream starts at once (concurrency = prompts), ignore_eos. H1 (wake-ups) and H2 "
+             "(SSE encoding) toggled alone; all-legacy also carries H3 copy and H6 concat.",
+             _storm_in(PD_DECODE)),
+    Scenario("storm-pd-decode-h100", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, PD decode node on one H100",
+             ("H1", "H2", "H6"),
+             "The storm on a decode node modelled as one H100 serving Llama-3.1-8B (sim profile "
+             "pd-decode-h100: 70 ms a step at 2048 sequences): the legacy HTTP process is the limit, "
+             "the optimized one is not.", _storm_in(PD_DECODE_H100)),
     Scenario("storm-h100-llama-8b", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, one H100",
              ("H1", "H2", "H6"),
              "The storm on one modelled H100 serving an 8B model (sim profile h100-llama-8b: prefill "

@@ -9,8 +9,9 @@ ratios, the HTTP process's CPU time and whether the client kept up.
     python scripts/storm.py --regime h100-llama-8b --forms all-legacy all-optimized h1-legacy-only
 
 Regimes: ``pd-decode`` (default) is upstream's H1+H2 setting, a PD-disaggregated decode node whose
-model step is short enough that the HTTP process limits throughput; ``h100-llama-8b`` is one
-H100 doing prefill and decode for an 8B model.
+model step (``pd-decode-fast``, 24 ms at 2048 sequences) is short enough that the HTTP process
+limits throughput in every form; ``pd-decode-h100`` models the decode node as one H100 serving an
+8B model (70 ms a step); ``h100-llama-8b`` is one H100 doing prefill and decode for an 8B model.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from reference_impl.placement import PLACEMENT_HELP, Placement, describe
 from reference_impl.subprocess_server import ServerProcess, cpu_seconds
 
 REGIMES = {
-    "pd-decode": ["--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100"],
+    "pd-decode": ["--disaggregation-mode", "decode", "--sim-profile", "pd-decode-fast"],
+    "pd-decode-h100": ["--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100"],
     "h100-llama-8b": ["--sim-profile", "h100-llama-8b"],
 }
 FORMS = {
