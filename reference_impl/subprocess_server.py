@@ -39,7 +39,7 @@ class ServerProcess:
         self._log = open(log_path, "w") if log_path else None  # noqa: SIM115
         cmd = [sys.executable, "-m", "reference_impl", "--port", str(self.port), *flags]
         # NOTE: every process starts on the non-HTTP CPUs, so torch/OpenMP size their thread pools
-        # to those CPUs (threads pinned later onto fewer cores than they expect spin for ages).
+        # to those CPUs (pinned only after start, a small torch report ran past 600 s here).
         preexec = placement.client_preexec() if placement else None
         self.proc = subprocess.Popen(cmd, stdout=self._log or subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True, preexec_fn=preexec)
