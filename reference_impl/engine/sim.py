@@ -128,8 +128,8 @@ class SimEngine(Engine):
         self._streams: dict[str, SimStream] = {}
 
     def forward(self, batch: ForwardBatch) -> list[int]:
-        if batch.is_prebuilt:
-            return self._prebuilt(batch)
+        if batch.is_prebuilt:  # a PD decode node's handoff takes no model time
+            return self.run(batch)
         duration = self.profile.batch_time(batch)
         next_ids = self.run(batch)
         self._clock.sleep(duration)
@@ -137,24 +137,16 @@ class SimEngine(Engine):
 
     def run(self, batch: ForwardBatch) -> list[int]:
         """The step's token ids without waiting out its time (a DP group waits for all ranks)."""
-        if batch.is_prebuilt:
-            return self._prebuilt(batch)
-        if batch.is_prefill:
-            # (sum of prompt lens,) int64: what a GPU engine copies to the device
+        if batch.is_prefill or batch.is_prebuilt:
+            # (sum of prompt lens,) int64: what a GPU engine copies to the device (a PD decode
+            # node builds it too, as upstream's prepare_for_prebuilt; each first token is the
+            # prefill node's)
             self._storage.to_tensor([r.fill_ids for r in batch.reqs])
             for req in batch.reqs:
                 self._streams[req.rid] = SimStream(self._stream_seed(req), self._word_ids, self._eos)
         else:
             # (batch,) int64: each request's last token
             torch.tensor([r.output_ids[-1] for r in batch.reqs], dtype=torch.int64)
-        return [self._streams[r.rid].next_token(r.sampling.ignore_eos) for r in batch.reqs]
-
-    def _prebuilt(self, batch: ForwardBatch) -> list[int]:
-        """A PD decode node's handoff: no model time; each first token is the prefill node's."""
-        # (sum of prompt lens,) int64: built as upstream's prepare_for_prebuilt does, no forward
-        self._storage.to_tensor([r.fill_ids for r in batch.reqs])
-        for req in batch.reqs:
-            self._streams[req.rid] = SimStream(self._stream_seed(req), self._word_ids, self._eos)
         return [self._streams[r.rid].next_token(r.sampling.ignore_eos) for r in batch.reqs]
 
     def release(self, req) -> None:

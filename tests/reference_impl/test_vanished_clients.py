@@ -11,7 +11,6 @@ busy for minutes, its dead streams were never counted, and fresh requests timed 
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import struct
@@ -20,6 +19,7 @@ import time
 import httpx
 import pytest
 
+from reference_impl.subprocess_server import cpu_seconds
 from tests.reference_impl.conftest import MODEL, ServerProcess
 
 NUM_CLIENTS = 20
@@ -34,12 +34,6 @@ CONFIGS = {
     "immediate": ["--wakeup", "immediate"],
     "incremental": ["--incremental-streaming-output"],
 }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process, from /proc/PID/stat."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def slow_client(port: int) -> socket.socket:
