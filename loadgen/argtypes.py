@@ -47,6 +47,22 @@ def positive_float(allow_inf: bool = False):
     return parse
 
 
+def nonneg_float(text: str) -> float:
+    """A finite number >= 0."""
+    value = _number(text, float)
+    if value < 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 and finite")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """Any finite number (sampling parameters: the server judges their range)."""
+    value = _number(text, float)
+    if math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be finite")
+    return value
+
+
 def fraction(text: str) -> float:
     """A number in [0, 1]."""
     value = _number(text, float)
@@ -91,6 +107,38 @@ def slo(text: str) -> SLO:
     return SLO(**parts)
 
 
+def goodput_item(text: str) -> tuple[str, float]:
+    """One vLLM `--goodput` item, `KEY:MS` with KEY ttft, tpot or e2el, the bound > 0."""
+    key, sep, value = text.partition(":")
+    names = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms"}
+    if not sep or key.strip() not in names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ttft:MS, tpot:MS or e2el:MS")
+    return names[key.strip()], positive_float()(value)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` (vLLM's `--metadata`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def endpoint(text: str) -> str:
+    """A URL path such as /v1/chat/completions."""
+    if not text.startswith("/") or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a path starting with '/'")
+    return text
+
+
+def custom_output_len(text: str) -> int:
+    """vLLM's `--custom-output-len`: a length >= 1, or -1 for each line's own `output_tokens`."""
+    value = int_at_least(-1)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a length: give >= 1, or -1 for the file's output_tokens")
+    return value
+
+
 def header(text: str) -> tuple[str, str]:
     """`Name: value`."""
     name, sep, value = text.partition(":")
@@ -114,6 +162,13 @@ def existing_file(text: str) -> str:
     """A path to a readable file."""
     if not os.path.isfile(text) or not os.access(text, os.R_OK):
         raise argparse.ArgumentTypeError(f"{text!r} is not a readable file")
+    return text
+
+
+def existing_path(text: str) -> str:
+    """A readable file or directory."""
+    if not os.path.exists(text) or not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a readable file or directory")
     return text
 
 

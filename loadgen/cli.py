@@ -14,12 +14,17 @@ from rich.live import Live
 from rich.text import Text
 
 from loadgen import argtypes as at
-from loadgen.config import BACKENDS, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
-from loadgen.datasets import DatasetConfig
-from loadgen.report import compare, print_table, result_dict, write_json, write_records
-from loadgen.runner import SetupError, run
+from loadgen.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
+from loadgen.datasets import CONVENTIONS, DatasetConfig, length_range
+from loadgen.report import compare, print_table, result_dict, save_result, write_json, write_records
+from loadgen.runner import SetupError, run, wait_ready
 
 _RC, _DC = RunConfig(concurrency=1, num_prompts=1), DatasetConfig()
+# Defaults that differ between the two upstream tools (--flags-from picks the set).
+CONVENTION_DEFAULTS = {"sglang": {"random_output_len": 1024, "seed": 1},
+                       "vllm": {"random_output_len": 128, "seed": 0}}
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+                  "repetition_penalty")
 
 
 USAGE_EPILOG = """\
@@ -39,9 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     pos_int, nonneg_int = at.int_at_least(1), at.int_at_least(0)
-    a("--base-url", type=at.base_url, default=_RC.base_url, help="server root, e.g. http://127.0.0.1:30000")
+    a("--base-url", type=at.base_url, default=None, help=f"server root (default {_RC.base_url})")
     a("--model", default=None, help="model name (default: the first one /v1/models lists)")
-    a("--backend", choices=BACKENDS, default=_RC.backend)
+    a("--backend", choices=sorted(BACKEND_ALIASES), default=_RC.backend,
+      help="openai-chat or openai-completions; vLLM's and SGLang's names for them are accepted")
     a("--no-stream", action="store_true", help="ask for whole responses instead of SSE streams")
     a("--concurrency", "--max-concurrency", type=pos_int, default=None, help="requests in flight at most")
     a("--request-rate", type=at.positive_float(allow_inf=True), default=math.inf,
@@ -66,22 +72,68 @@ def build_parser() -> argparse.ArgumentParser:
     a("--dataset", "--dataset-name", dest="dataset", choices=DATASETS, default=_DC.name)
     a("--dataset-path", type=at.existing_file, default=None, help="ShareGPT-format JSON file")
     a("--random-input-len", type=pos_int, default=_DC.random_input_len)
-    a("--random-output-len", type=pos_int, default=_DC.random_output_len)
-    a("--random-range-ratio", type=at.fraction, default=_DC.random_range_ratio)
+    a("--random-output-len", type=pos_int, default=None, help="default 1024 (sglang) or 128 (vllm)")
+    a("--random-range-ratio", type=at.fraction, default=_DC.random_range_ratio,
+      help="sglang: lengths in [max(int(L*r),1), L]; vllm: in [floor(L*(1-r)), ceil(L*(1+r))]")
     a("--sharegpt-output-len", type=pos_int, default=None)
     a("--shared-prefix-groups", type=pos_int, default=_DC.shared_prefix_groups)
     a("--shared-prefix-len", type=pos_int, default=_DC.shared_prefix_len)
-    a("--tokenizer", type=at.existing_file, default=None, help="local tokenizer.json for exact token lengths")
+    a("--tokenizer", type=at.existing_path, default=None,
+      help="tokenizer.json, or a model directory holding one (and tokenizer_config.json)")
     a("--no-server-tokenize", action="store_true",
       help="without --tokenizer, estimate prompt lengths instead of calibrating them via /tokenize")
-    a("--seed", type=nonneg_int, default=_RC.seed)
+    a("--seed", type=nonneg_int, default=None, help="default 1 (sglang) or 0 (vllm)")
     a("--percentiles", type=at.percentiles, default=_RC.percentiles, help="e.g. 50,90,99")
     a("--slo", type=at.slo, default=SLO(), help="goodput bounds in ms: ttft=...,tpot=...,e2e=...")
     a("--output", type=at.writable_path, default=None, help="results JSON path")
     a("--records", type=at.writable_path, default=None, help="per-request JSONL path")
     a("--strict", action="store_true", help="exit 3 when the run was client-bound")
     a("--quiet", action="store_true", help="no live display and no table")
+    a("--ramp-up", type=at.nonneg_float, default=0.0,
+      help="concurrency mode: open the streams evenly over this many seconds")
+    a("--continuous-usage", action="store_true",
+      help="ask for usage in every chunk (stream_options.continuous_usage_stats; vLLM, SGLang)")
+    _add_compat_flags(p)
     return p
+
+
+def _add_compat_flags(p: argparse.ArgumentParser) -> None:
+    """vLLM `bench serve` flags, with vLLM's names and meanings (see loadgen/README.md)."""
+    g = p.add_argument_group("vLLM / SGLang compatibility")
+    a = g.add_argument
+    a("--flags-from", choices=CONVENTIONS, default="sglang",
+      help="whose meaning --random-range-ratio and the length/seed defaults follow (default sglang)")
+    a("--host", default=None, help="with --port: the base URL http://HOST:PORT (vLLM)")
+    a("--port", type=at.int_at_least(1), default=None)
+    a("--endpoint", type=at.endpoint, default=None, help="request path (default from --backend)")
+    a("--served-model-name", default=None, help="the model name sent in requests (default --model)")
+    for name in SAMPLING_FLAGS:
+        kind = at.int_at_least(-1) if name == "top_k" else at.finite_float
+        a("--" + name.replace("_", "-"), type=kind, default=None, help="sent only when given")
+    a("--logprobs", type=at.int_at_least(0), default=None, help="ask for N logprobs per token")
+    a("--goodput", type=at.goodput_item, nargs="+", default=None, metavar="KEY:MS",
+      help="vLLM's goodput bounds: ttft:MS tpot:MS e2el:MS (same as --slo)")
+    a("--random-prefix-len", type=at.int_at_least(0), default=0, help="a fixed random prefix of N tokens on every prompt")
+    a("--custom-output-len", type=at.custom_output_len, default=256,
+      help="custom dataset output length; -1: each line's output_tokens")
+    a("--skip-chat-template", action="store_true", help="accepted for vLLM: loadgen always sends prompts unchanged")
+    a("--disable-shuffle", action="store_true", help="custom dataset: keep the file's order")
+    a("--request-id-prefix", default=None, help="send x-request-id: PREFIX<index> with each request")
+    a("--ready-check-timeout-sec", type=at.int_at_least(0), default=0,
+      help="wait up to this long for /v1/models to answer before the run (0: no wait)")
+    a("--ramp-up-strategy", choices=("linear", "exponential"), default=None,
+      help="rate mode: the request rate ramps from --ramp-up-start-rps to --ramp-up-end-rps")
+    a("--ramp-up-start-rps", type=at.positive_float(), default=None)
+    a("--ramp-up-end-rps", type=at.positive_float(), default=None)
+    a("--insecure", action="store_true", help="https: do not verify the server's certificate")
+    a("--ca-cert", type=at.existing_file, default=None, help="https: CA bundle to verify the server with")
+    a("--save-result", action="store_true", help="write the results JSON into --result-dir")
+    a("--result-dir", default=None)
+    a("--result-filename", default=None)
+    a("--append-result", action="store_true", help="append to the results file (one JSON per line)")
+    a("--save-detailed", action="store_true", help="results JSON gets per-request ttfts, itls, lengths, errors")
+    a("--metadata", type=at.key_value, nargs="+", default=[], metavar="KEY=VALUE", help="added to the results JSON")
+    a("--label", default=None, help="the run's name in the results JSON and file name")
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig]:
@@ -90,28 +142,65 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     num_prompts = args.num_prompts
     if num_prompts is None and args.duration is None:
         num_prompts = 1000
-    if args.transport == "lean" and args.base_url.startswith("https://"):
-        raise ValueError("--transport lean serves http:// only; use --transport httpx for https://")
-    if args.dataset == "random-ids" and args.backend != "openai-completions":
+    defaults = CONVENTION_DEFAULTS[args.flags_from]
+    seed = defaults["seed"] if args.seed is None else args.seed
+    backend = BACKEND_ALIASES[args.backend]
+    if args.dataset == "random-ids" and backend != "openai-completions":
         raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions")
     cfg = RunConfig(
-        base_url=args.base_url, model=args.model, backend=args.backend,
+        base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
         stream=not args.no_stream, concurrency=args.concurrency, request_rate=args.request_rate,
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
         max_response_bytes=args.max_response_bytes, max_error_rate=args.max_error_rate,
-        seed=args.seed, percentiles=args.percentiles, slo=args.slo, strict=args.strict,
+        seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,
+        strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
+        request_id_prefix=args.request_id_prefix, insecure=args.insecure, ca_cert=args.ca_cert,
+        ramp_up_s=args.ramp_up, ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
+        ramp_up_end_rps=args.ramp_up_end_rps, continuous_usage=args.continuous_usage,
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=num_prompts or 1, random_input_len=args.random_input_len,
-        random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
-        dataset_path=args.dataset_path, sharegpt_output_len=args.sharegpt_output_len,
-        shared_prefix_groups=args.shared_prefix_groups, shared_prefix_len=args.shared_prefix_len,
-        tokenizer_path=args.tokenizer, use_server_tokenize=not args.no_server_tokenize, seed=args.seed,
+        random_output_len=args.random_output_len or defaults["random_output_len"],
+        random_range_ratio=args.random_range_ratio, dataset_path=args.dataset_path,
+        sharegpt_output_len=args.sharegpt_output_len, shared_prefix_groups=args.shared_prefix_groups,
+        shared_prefix_len=args.shared_prefix_len, tokenizer_path=args.tokenizer,
+        use_server_tokenize=not args.no_server_tokenize, seed=seed, convention=args.flags_from,
+        random_prefix_len=args.random_prefix_len,
+        custom_output_len=None if args.custom_output_len == -1 else args.custom_output_len,
+        disable_shuffle=args.disable_shuffle,
     )
     return cfg, dcfg
+
+
+def _base_url(args: argparse.Namespace) -> str:
+    if args.base_url is not None:
+        if args.host is not None or args.port is not None:
+            raise ValueError("give --base-url or --host/--port, not both")
+        return args.base_url
+    if args.host is None and args.port is None:
+        return RunConfig.base_url
+    return at.base_url(f"http://{args.host or '127.0.0.1'}:{args.port or 8000}")
+
+
+def _sampling(args: argparse.Namespace, backend: str) -> dict:
+    body = {k: getattr(args, k) for k in SAMPLING_FLAGS if getattr(args, k) is not None}
+    if args.logprobs is not None:
+        body.update({"logprobs": True, "top_logprobs": args.logprobs} if backend == "openai-chat"
+                    else {"logprobs": args.logprobs})
+    return body
+
+
+def convention_note(dcfg: DatasetConfig) -> str | None:
+    """A warning when SGLang's meaning of --random-range-ratio shortens random lengths."""
+    if dcfg.convention != "sglang" or dcfg.name not in ("random", "random-ids") or dcfg.random_range_ratio >= 1:
+        return None
+    low, high = length_range(dcfg.random_output_len, dcfg.random_range_ratio)
+    return (f"loadgen: --random-range-ratio {dcfg.random_range_ratio:g} follows SGLang's meaning: output lengths "
+            f"uniform in [{low}, {high}] (mean {(low + high) / 2:g}); for vLLM's (exactly "
+            f"{dcfg.random_output_len} at 0) pass --flags-from vllm")
 
 
 def _progress_view(cfg: RunConfig, live: Live):
@@ -149,6 +238,10 @@ def _run(argv: list[str]) -> int:
         cfg, dcfg = config_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if (note := convention_note(dcfg)) is not None and not args.quiet:
+        print(note, file=sys.stderr)
+    if args.ready_check_timeout_sec:
+        wait_ready(cfg, args.ready_check_timeout_sec)
     console = Console(stderr=True)
     try:
         if args.quiet:
@@ -161,8 +254,14 @@ def _run(argv: list[str]) -> int:
         return 1
     if not args.quiet:
         print_table(result)
+    data = result_dict(result, {**vars(dcfg), **result.dataset_info}, detailed=args.save_detailed,
+                       metadata=dict(args.metadata), label=args.label)
     if args.output:
-        write_json(args.output, result_dict(result, {**vars(dcfg), **result.dataset_info}))
+        write_json(args.output, data)
+    if args.save_result or args.result_dir or args.result_filename:
+        path = save_result(data, args.result_dir, args.result_filename, args.append_result)
+        if not args.quiet:
+            print(f"results saved to {path}", file=sys.stderr)
     if args.records:
         write_records(args.records, result)
     return _exit_code(cfg, result)

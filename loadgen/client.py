@@ -26,12 +26,12 @@ _encode = msgspec.json.Encoder().encode
 def make_client(cfg: RunConfig, num_connections: int) -> httpx.AsyncClient:
     """The worker's client: keep-alive pool sized to at least its share of the concurrency."""
     headers = {"content-type": "application/json", **cfg.headers}
-    if cfg.transport == "lean":
+    if cfg.effective_transport == "lean":
         transport = LeanTransport(max_keepalive=max(num_connections, 1),
                                   max_body_bytes=cfg.max_response_bytes)
     else:
         limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
-        transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
+        transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
     return httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
 
 
@@ -45,10 +45,13 @@ def request_body(cfg: RunConfig, model: str, prompt: Prompt) -> bytes:
         body["prompt"] = prompt.prompt
     if cfg.stream and cfg.include_usage:
         body["stream_options"] = {"include_usage": True}
+        if cfg.continuous_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
     if cfg.ignore_eos:
         body["ignore_eos"] = True
     if cfg.min_tokens:
         body["min_tokens"] = prompt.output_len
+    body.update(cfg.sampling)
     body.update(cfg.extra_body)
     return _encode(body)
 
@@ -63,9 +66,14 @@ class RawResponse:
     is_stream: bool = True
 
 
-def build_request(client: httpx.AsyncClient, cfg: RunConfig, body: bytes) -> httpx.Request:
-    """A reusable request (built before the run: URL merging costs about 60 µs in httpx)."""
-    return client.build_request("POST", cfg.endpoint, content=body)
+def build_request(client: httpx.AsyncClient, cfg: RunConfig, body: bytes, index: int | None = None) -> httpx.Request:
+    """A reusable request (built before the run: URL merging costs about 60 µs in httpx).
+
+    With `--request-id-prefix`, it carries `x-request-id: PREFIX<index>` as vLLM's bench sends it."""
+    headers = None
+    if cfg.request_id_prefix is not None and index is not None:
+        headers = {"x-request-id": f"{cfg.request_id_prefix}{index}"}
+    return client.build_request("POST", cfg.endpoint, content=body, headers=headers)
 
 
 async def send_one(client: httpx.AsyncClient, cfg: RunConfig, request: httpx.Request, raw: RawResponse) -> None:

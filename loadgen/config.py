@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 BACKENDS = ("openai-chat", "openai-completions")
-DATASETS = ("random", "random-ids", "sharegpt", "shared-prefix")
+DATASETS = ("random", "random-ids", "sharegpt", "shared-prefix", "custom", "burstgpt")
+# vLLM's and SGLang's names for the two OpenAI-compatible backends loadgen speaks.
+BACKEND_ALIASES = {"vllm": "openai-completions", "openai": "openai-completions",
+                   "sglang-oai": "openai-completions", "vllm-chat": "openai-chat",
+                   "sglang-oai-chat": "openai-chat", "openai-chat": "openai-chat",
+                   "openai-completions": "openai-completions"}
 TRANSPORTS = ("lean", "httpx")
 # NOTE: a worker above these marks was the bottleneck, not the server (see README, "Client health").
 CLIENT_BOUND_CPU_SHARE = 0.90
@@ -58,6 +63,16 @@ class RunConfig:
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     slo: SLO = field(default_factory=SLO)
     strict: bool = False
+    endpoint_path: str | None = None
+    sampling: dict = field(default_factory=dict)
+    request_id_prefix: str | None = None
+    insecure: bool = False
+    ca_cert: str | None = None
+    ramp_up_s: float = 0.0
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    continuous_usage: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -68,7 +83,7 @@ class RunConfig:
             raise ValueError("concurrency must be >= 1")
         if self.request_rate <= 0:
             raise ValueError("request_rate must be > 0")
-        if self.concurrency is None and math.isinf(self.request_rate):
+        if self.concurrency is None and not self.is_rate_mode:
             raise ValueError("give --concurrency, --request-rate or both")
         if self.num_prompts is None and self.duration_s is None:
             raise ValueError("give --num-prompts or --duration")
@@ -82,13 +97,50 @@ class RunConfig:
             raise ValueError("max_error_rate must be in [0, 1]")
         if any(not 0 < p <= 100 for p in self.percentiles):
             raise ValueError("percentiles must be in (0, 100]")
+        if self.endpoint_path is not None and not self.endpoint_path.startswith("/"):
+            raise ValueError("endpoint must be a path starting with '/'")
+        if self.ramp_up_s < 0 or (self.ramp_up_s and self.concurrency is None):
+            raise ValueError("--ramp-up needs --concurrency")
+        self._check_rate_ramp()
+
+    def _check_rate_ramp(self) -> None:
+        if self.ramp_up_strategy is None:
+            if self.ramp_up_start_rps is not None or self.ramp_up_end_rps is not None:
+                raise ValueError("--ramp-up-start-rps/--ramp-up-end-rps need --ramp-up-strategy")
+            return
+        if self.ramp_up_strategy not in ("linear", "exponential"):
+            raise ValueError("--ramp-up-strategy is linear or exponential")
+        if self.ramp_up_start_rps is None or self.ramp_up_end_rps is None:
+            raise ValueError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
+        if not math.isinf(self.request_rate) or self.num_prompts is None:
+            raise ValueError("--ramp-up-strategy replaces --request-rate and needs --num-prompts (as vLLM)")
+        if self.ramp_up_start_rps <= 0 or self.ramp_up_end_rps <= 0:
+            raise ValueError("--ramp-up-start-rps and --ramp-up-end-rps must be > 0")
+
+    @property
+    def effective_transport(self) -> str:
+        """The transport used: the lean one speaks plain HTTP only, so https:// goes through httpx's."""
+        return "httpx" if self.base_url.startswith("https://") else self.transport
+
+    @property
+    def tls_verify(self):
+        """httpx's `verify`: False with --insecure, an SSL context with --ca-cert, else True."""
+        if self.insecure:
+            return False
+        if self.ca_cert is not None:
+            import ssl
+
+            return ssl.create_default_context(cafile=self.ca_cert)
+        return True
 
     @property
     def is_rate_mode(self) -> bool:
-        return not math.isinf(self.request_rate)
+        return not math.isinf(self.request_rate) or self.ramp_up_strategy is not None
 
     @property
     def endpoint(self) -> str:
+        if self.endpoint_path is not None:
+            return self.endpoint_path
         return "/v1/chat/completions" if self.backend == "openai-chat" else "/v1/completions"
 
     def worker_concurrency(self, worker: int) -> int | None:

@@ -1,4 +1,10 @@
-"""Prompt datasets: random text, random token ids, ShareGPT JSON files, shared-prefix groups. Seeded.
+"""Prompt datasets: random text, random token ids, ShareGPT JSON, shared-prefix groups, custom JSONL
+and BurstGPT CSV files. Seeded.
+
+Random lengths follow one of two conventions (`--flags-from`), because the two upstream tools give
+`--random-range-ratio` different meanings: SGLang's bench_serving draws uniform integers in
+[max(int(L*r), 1), L] (r = 0 gives [1, L], mean L/2), vLLM's bench serve in
+[floor(L*(1-r)), ceil(L*(1+r))] (r = 0 gives exactly L; r < 1).
 
 Given a tokenizer (a local `tokenizer.json`, or the target's `/tokenize`: see loadgen/lengths.py)
 the input lengths are exact token counts; without one, text prompts are built from common English
@@ -8,14 +14,18 @@ give the real count.
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from loadgen.lengths import FileTokenizer, fit_to_len
+from loadgen.lengths import FileTokenizer, fit_to_len, tokenizer_file
 
 SERVER_FIT_THREADS = 8
+CONVENTIONS = ("sglang", "vllm")
+BURSTGPT_MODEL = "GPT-4"
 _WORDS = (
     "the of and to in is was for on that with as by at from his it an were are which this be "
     "have had one not but all new first two may been time would after can more other when city "
@@ -50,29 +60,46 @@ class DatasetConfig:
     use_server_tokenize: bool = True
     vocab_size: int = 32000
     seed: int = 1
+    convention: str = "sglang"
+    random_prefix_len: int = 0
+    custom_output_len: int | None = None
+    disable_shuffle: bool = False
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.random_range_ratio <= 1.0:
-            raise ValueError("random_range_ratio must be in [0, 1]")
-        if self.name == "sharegpt" and not self.dataset_path:
-            raise ValueError("--dataset sharegpt needs --dataset-path")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}")
+        top = 1.0 if self.convention == "sglang" else math.nextafter(1.0, 0.0)
+        if not 0.0 <= self.random_range_ratio <= top:
+            raise ValueError(f"random_range_ratio must be in [0, 1{']' if top == 1.0 else ')'} "
+                             f"({self.convention} convention)")
+        if self.name in ("sharegpt", "custom", "burstgpt") and not self.dataset_path:
+            raise ValueError(f"--dataset {self.name} needs --dataset-path")
+        if self.random_prefix_len < 0 or (self.custom_output_len is not None and self.custom_output_len < 1):
+            raise ValueError("random_prefix_len must be >= 0 and custom_output_len >= 1")
         if self.num_prompts < 1 or self.random_input_len < 1 or self.random_output_len < 1:
             raise ValueError("num_prompts and random lengths must be >= 1")
 
 
-def sample_lengths(rng: random.Random, length: int, ratio: float, num: int) -> list[int]:
-    """Uniform integers in [max(int(length * ratio), 1), length], as upstream."""
-    low = max(int(length * ratio), 1)
-    return [rng.randint(low, length) for _ in range(num)]
+def length_range(length: int, ratio: float, convention: str = "sglang") -> tuple[int, int]:
+    """The inclusive range random lengths are drawn from, as the convention's upstream draws them."""
+    if convention == "vllm":
+        return max(math.floor(length * (1 - ratio)), 1), max(math.ceil(length * (1 + ratio)), 1)
+    return max(int(length * ratio), 1), length
+
+
+def sample_lengths(rng: random.Random, length: int, ratio: float, num: int, convention: str = "sglang") -> list[int]:
+    """Uniform integers in `length_range(length, ratio, convention)`."""
+    low, high = length_range(length, ratio, convention)
+    return [rng.randint(low, high) for _ in range(num)]
 
 
 def load_tokenizer(path: str | None):
-    """A `tokenizers.Tokenizer` from a local tokenizer.json, or None."""
+    """A `tokenizers.Tokenizer` from a local tokenizer.json (or a directory holding one), or None."""
     if path is None:
         return None
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(path)
+    return Tokenizer.from_file(tokenizer_file(path))
 
 
 def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
@@ -91,6 +118,10 @@ def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
         return _sharegpt(cfg, rng, tokenizer)
     if cfg.name == "shared-prefix":
         return _shared_prefix(cfg, rng, tokenizer)
+    if cfg.name == "custom":
+        return _custom(cfg, rng, tokenizer)
+    if cfg.name == "burstgpt":
+        return _burstgpt(cfg, rng, tokenizer)
     raise ValueError(f"unknown dataset {cfg.name!r}")
 
 
@@ -123,18 +154,28 @@ def _texts_of_len(rng: random.Random, lengths: list[int], tokenizer) -> list[tup
         return list(pool.map(lambda n, seed: _text_of_len(random.Random(seed), n, tokenizer), lengths, seeds))
 
 
+def _random_lengths(cfg: DatasetConfig, rng: random.Random, num_special: int = 0) -> tuple[list[int], list[int]]:
+    # NOTE: vLLM's input length includes the special tokens the tokenizer adds (e.g. BOS).
+    in_len = max(cfg.random_input_len - num_special, 1) if cfg.convention == "vllm" else cfg.random_input_len
+    ins = sample_lengths(rng, in_len, cfg.random_range_ratio, cfg.num_prompts, cfg.convention)
+    outs = sample_lengths(rng, cfg.random_output_len, cfg.random_range_ratio, cfg.num_prompts, cfg.convention)
+    return ins, outs
+
+
 def _random_text(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
-    ins = sample_lengths(rng, cfg.random_input_len, cfg.random_range_ratio, cfg.num_prompts)
-    outs = sample_lengths(rng, cfg.random_output_len, cfg.random_range_ratio, cfg.num_prompts)
+    ins, outs = _random_lengths(cfg, rng, getattr(tokenizer, "num_special_tokens", 0))
     texts = _texts_of_len(rng, ins, tokenizer)
+    if cfg.random_prefix_len:
+        prefix, prefix_len, exact = _text_of_len(rng, cfg.random_prefix_len, tokenizer)
+        texts = [(prefix + text, prefix_len + n, exact and ok) for text, n, ok in texts]
     return [Prompt(text, real_len, n_out, exact) for (text, real_len, exact), n_out in zip(texts, outs, strict=True)]
 
 
 def _random_ids(cfg: DatasetConfig, rng: random.Random) -> list[Prompt]:
-    ins = sample_lengths(rng, cfg.random_input_len, cfg.random_range_ratio, cfg.num_prompts)
-    outs = sample_lengths(rng, cfg.random_output_len, cfg.random_range_ratio, cfg.num_prompts)
+    ins, outs = _random_lengths(cfg, rng)
+    prefix = [rng.randrange(cfg.vocab_size) for _ in range(cfg.random_prefix_len)]
     return [
-        Prompt([rng.randrange(cfg.vocab_size) for _ in range(n_in)], n_in, n_out, True)
+        Prompt(prefix + [rng.randrange(cfg.vocab_size) for _ in range(n_in)], len(prefix) + n_in, n_out, True)
         for n_in, n_out in zip(ins, outs, strict=True)
     ]
 
@@ -176,3 +217,42 @@ def _shared_prefix(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Pr
         prefix, prefix_len, exact = prefixes[i % cfg.shared_prefix_groups]
         prompts.append(Prompt(prefix + "\n" + question, prefix_len + q_len, cfg.random_output_len, exact))
     return prompts
+
+
+def _custom(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
+    """vLLM's custom JSONL: one {"prompt": ..., "output_tokens": N (optional)} per line, sent unchanged."""
+    rows = []
+    with open(cfg.dataset_path, encoding="utf-8") as f:
+        for num, line in enumerate(f, 1):
+            if line.strip():
+                row = json.loads(line)
+                if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                    raise ValueError(f"line {num} of {cfg.dataset_path} has no string 'prompt'")
+                rows.append(row)
+    if not cfg.disable_shuffle:
+        rng.shuffle(rows)
+    prompts = []
+    for row in rows[: cfg.num_prompts]:
+        n_out = cfg.custom_output_len or row.get("output_tokens")
+        if not isinstance(n_out, int) or n_out < 1:
+            raise ValueError("a custom line without an integer 'output_tokens' needs --custom-output-len")
+        prompts.append(Prompt(row["prompt"], _count(row["prompt"], tokenizer), n_out, tokenizer is not None))
+    if not prompts:
+        raise ValueError(f"no prompts in {cfg.dataset_path}")
+    return prompts
+
+
+def _burstgpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
+    """BurstGPT's CSV as vLLM reads it: GPT-4 rows with a response, their request/response token counts."""
+    with open(cfg.dataset_path, encoding="utf-8", newline="") as f:
+        rows = [r for r in csv.DictReader(f)
+                if r.get("Model") == BURSTGPT_MODEL and int(float(r.get("Response tokens") or 0)) > 0]
+    if not rows:
+        raise ValueError(f"no {BURSTGPT_MODEL} rows with response tokens in {cfg.dataset_path}")
+    # NOTE: as vLLM: without replacement when the file has enough rows, with replacement otherwise.
+    n = cfg.num_prompts
+    picked = rng.sample(rows, n) if n <= len(rows) else [rows[rng.randrange(len(rows))] for _ in range(n)]
+    ins = [max(int(float(r["Request tokens"])), 1) for r in picked]
+    texts = _texts_of_len(rng, ins, tokenizer)
+    return [Prompt(text, n, int(float(r["Response tokens"])), exact)
+            for (text, n, exact), r in zip(texts, picked, strict=True)]

@@ -8,6 +8,9 @@ serves the same): `{"prompt": text}` -> `{"count", "max_model_len", "tokens"}` a
 
 from __future__ import annotations
 
+import json
+import os
+
 import httpx
 
 SOURCE_FILE = "tokenizer file"
@@ -16,16 +19,62 @@ SOURCE_ESTIMATE = "estimate (no tokenizer: the server's usage gives the real cou
 SOURCE_IDS = "token ids"
 
 
+def tokenizer_file(path: str) -> str:
+    """The tokenizer.json that `--tokenizer` names: the file itself, or the one in a model directory."""
+    if not os.path.isdir(path):
+        return path
+    found = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(found):
+        present = ", ".join(sorted(os.listdir(path))[:8]) or "nothing"
+        raise FileNotFoundError(f"{path} has no tokenizer.json (loadgen reads the fast-tokenizer file; "
+                                f"found: {present})")
+    return found
+
+
+def _chat_config(path: str) -> dict:
+    """tokenizer_config.json beside the tokenizer file, or {} when there is none."""
+    cfg_path = os.path.join(os.path.dirname(tokenizer_file(path)), "tokenizer_config.json")
+    if not os.path.isfile(cfg_path):
+        return {}
+    with open(cfg_path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _token_text(value) -> str:
+    return value.get("content", "") if isinstance(value, dict) else (value or "")
+
+
 class FileTokenizer:
-    """A local `tokenizer.json` (the `tokenizers` library)."""
+    """A local `tokenizer.json`, or a model directory holding one (the `tokenizers` library).
+
+    Where the directory's tokenizer_config.json has a `chat_template`, `chat_len(text)` counts the
+    tokens of a user message rendered through it, as a chat server counts its prompt."""
 
     source = SOURCE_FILE
 
     def __init__(self, path: str) -> None:
         from tokenizers import Tokenizer
 
-        self.path = path
-        self.tokenizer = Tokenizer.from_file(path)
+        self.path = tokenizer_file(path)
+        self.tokenizer = Tokenizer.from_file(self.path)
+        self.config = _chat_config(path)
+        self.num_special_tokens = len(self.tokenizer.encode("", add_special_tokens=True).ids)
+        template = self.config.get("chat_template")
+        self.chat_template = None
+        if isinstance(template, str):
+            import jinja2
+
+            env = jinja2.Environment(undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+            self.chat_template = env.from_string(template)
+
+    def chat_len(self, text: str) -> int | None:
+        """Tokens of `text` as one user message through the chat template; None without a template."""
+        if self.chat_template is None:
+            return None
+        rendered = self.chat_template.render(
+            messages=[{"role": "user", "content": text}], add_generation_prompt=True,
+            bos_token=_token_text(self.config.get("bos_token")), eos_token=_token_text(self.config.get("eos_token")))
+        return len(self.tokenizer.encode(rendered, add_special_tokens=False).ids)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without special tokens."""
@@ -41,8 +90,8 @@ class ServerTokenizer:
 
     source = SOURCE_SERVER
 
-    def __init__(self, base_url: str, headers: dict, timeout_s: float) -> None:
-        self.client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+    def __init__(self, base_url: str, headers: dict, timeout_s: float, verify=True) -> None:
+        self.client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, verify=verify)
         self.extra: dict = {"add_special_tokens": False}
 
     def encode(self, text: str) -> list[int]:
@@ -62,9 +111,9 @@ class ServerTokenizer:
         self.client.close()
 
 
-def probe_server(base_url: str, headers: dict, timeout_s: float) -> tuple[ServerTokenizer | None, str]:
+def probe_server(base_url: str, headers: dict, timeout_s: float, verify=True) -> tuple[ServerTokenizer | None, str]:
     """A working ServerTokenizer, or None and why not (one round trip of each endpoint)."""
-    tok = ServerTokenizer(base_url, headers, timeout_s)
+    tok = ServerTokenizer(base_url, headers, timeout_s, verify)
     try:
         try:
             ids = tok.encode("hello world")

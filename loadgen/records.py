@@ -24,6 +24,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     client_output_tokens: int = 0
+    chunk_token_source: str = "one per content event"
+    retokenized_output_tokens: int | None = None
     output_chars: int = 0
 
     @property
@@ -39,6 +41,10 @@ class WorkerHealth(msgspec.Struct, kw_only=True):
     wall_s: float
     loop_lag_ms: list[float]
     num_events: int = 0
+    parse_cpu_s: float = 0.0
+    lag_at_s: list[float] = []
+    full_at_s: float | None = None
+    limit: int = 0
 
     @property
     def cpu_share(self) -> float:

@@ -8,6 +8,7 @@ import math
 import os
 import platform
 import sys
+import time
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +24,8 @@ TABLE_ROWS = (
     ("total_input_tokens", "Total input tokens", "{:.0f}"),
     ("total_output_tokens", "Total output tokens (server usage)", "{:.0f}"),
     ("total_output_tokens_client", "Total output tokens (client count)", "{:.0f}"),
+    ("output_tokens_per_event_source", "  client count per event from", "{}"),
+    ("total_output_tokens_retokenized", "Total output tokens (retokenized text)", "{:.0f}"),
     ("output_tokens_usage_minus_client", "  usage minus client count", "{:.0f}"),
     ("request_throughput", "Request throughput (req/s)", "{:.2f}"),
     ("input_throughput", "Input token throughput (tok/s)", "{:.2f}"),
@@ -36,9 +39,11 @@ TABLE_ROWS = (
 TOKENS_NOTE = (
     "Output tokens: 'server usage' is the completion_tokens the server reported (it also counts "
     "tokens it did not send as text, e.g. EOS or a matched stop string); 'client count' is what "
-    "loadgen received: one per content event, or the --tokenizer count of the received text. They "
-    "differ when an event carries several tokens or the server counts unsent tokens. Throughput uses "
-    "usage when the server gives it."
+    "loadgen received, counted per event as the server emitted it: the growth of the usage the server "
+    "streams in every chunk (--continuous-usage), else one per content event. They differ when an "
+    "event carries several tokens or the server counts unsent tokens. 'retokenized' (with "
+    "--tokenizer) re-encodes the received text and is shown only on the side. Throughput uses usage "
+    "when the server gives it."
 )
 COMPARE_KEYS = (
     "completed", "failed", "duration", "request_throughput", "output_throughput", "total_throughput",
@@ -67,8 +72,32 @@ def environment() -> dict:
             "loadgen_version": __version__}
 
 
-def result_dict(result: RunResult, dataset: dict) -> dict:
-    """The `--output` JSON: SGLang-style flat keys, plus config, environment and the summary."""
+def _vllm_keys(summary: dict) -> dict:
+    """vLLM's spellings of the keys loadgen names differently (`total_token_throughput`, `*_e2el_ms`)."""
+    out = {"total_token_throughput": summary.get("total_throughput")}
+    for key, value in summary.items():
+        if "_e2e_latency_ms" in key:
+            out[key.replace("_e2e_latency_ms", "_e2el_ms")] = value
+    return out
+
+
+def _detailed(result: RunResult) -> dict:
+    """vLLM's --save-detailed lists, one entry per request (times in seconds, as vLLM writes them)."""
+    recs = result.records
+    t0 = min((r.intended_ns for r in recs), default=0)
+    ttft = lambda r: None if r.first_token_ns is None else (r.first_token_ns - origin_ns(result.cfg, r)) / 1e9  # noqa: E731
+    return {"input_lens": [input_tokens(r) for r in recs],
+            "output_lens": [output_tokens(r) if r.ok else 0 for r in recs],
+            "ttfts": [ttft(r) for r in recs],
+            "itls": [[(b - a) / 1e9 for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)] for r in recs],
+            "start_times": [(r.start_ns - t0) / 1e9 for r in recs],
+            "errors": [r.error_message or "" for r in recs]}
+
+
+def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metadata: dict | None = None,
+                label: str | None = None) -> dict:
+    """The `--output` JSON: SGLang-style flat keys and vLLM's where they differ, plus config,
+    environment and the summary; `detailed` adds vLLM's per-request lists."""
     cfg = result.cfg
     flat = {
         "backend": cfg.backend, "model_id": result.model, "base_url": cfg.base_url,
@@ -78,6 +107,12 @@ def result_dict(result: RunResult, dataset: dict) -> dict:
         "client_bound": result.summary["client_bound"],
     }
     flat.update({k: v for k, v in result.summary.items() if not isinstance(v, dict)})
+    flat.update(_vllm_keys(result.summary))
+    flat.update({"num_prompts": len(result.records), "label": label, "date": time.strftime("%Y%m%d-%H%M%S"),
+                 "tokenizer_id": dataset.get("tokenizer_path")})
+    flat.update(metadata or {})
+    if detailed:
+        flat.update(_detailed(result))
     flat["config"] = _jsonable(cfg)
     flat["dataset"] = dataset
     flat["environment"] = environment()
@@ -89,6 +124,21 @@ def write_json(path: str, data: dict) -> None:
     """Write the results JSON."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
+
+
+def save_result(data: dict, result_dir: str | None, filename: str | None, append: bool) -> str:
+    """vLLM's --save-result: `result_dir/filename` (a vLLM-style name by default); returns the path."""
+    if filename is None:
+        conc = f"-concurrency{data['max_concurrency']}" if data.get("max_concurrency") else ""
+        model = os.path.basename(str(data.get("model_id") or "model").rstrip("/"))
+        filename = f"{data.get('label') or data['backend']}-{data['request_rate']}qps{conc}-{model}-{data['date']}.json"
+    path = os.path.join(result_dir or ".", filename)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a" if append else "w", encoding="utf-8") as f:
+        if append and f.tell() > 0:
+            f.write("\n")
+        json.dump(data, f)
+    return path
 
 
 def write_records(path: str, result: RunResult) -> None:
@@ -142,8 +192,12 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
     health = s["client_health"]
     for w in health["workers"]:
+        steady = w.get("loop_lag_steady_p99_ms")
         table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}  loop lag p99 "
-                      f"{w['loop_lag_p99_ms']:.1f} ms  cpu/event {_fmt(w['cpu_us_per_event'], '{:.1f}')} µs")
+                      f"{w['loop_lag_p99_ms']:.1f} ms" + ("" if steady is None else f" (steady {steady:.1f})")
+                      + f"  cpu/event {_fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
+                      f"{_fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
+                      f"{_fmt(w.get('parse_cpu_us_per_event'), '{:.1f}')})")
     table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  p99 {health['p99_send_lag_ms']:.2f}")
     if s["client_bound"] is None:
         verdict = "not judged (no request succeeded)"
@@ -152,6 +206,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     else:
         verdict = "no"
     table.add_row("client-bound", verdict)
+    for note in health.get("client_health_notes", []):
+        table.add_row("  note", note)
     console.print(table)
 
 

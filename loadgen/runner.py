@@ -29,7 +29,7 @@ from loadgen.lengths import (
 )
 from loadgen.metrics import summarize
 from loadgen.records import RequestRecord, WorkerResult
-from loadgen.schedule import arrival_offsets_s
+from loadgen.schedule import arrival_offsets_s, ramp_offsets_s
 from loadgen.worker import NUM_COUNTERS, WorkerPlan, WorkItem, worker_main
 
 STOP_GRACE_S = 10.0
@@ -58,7 +58,7 @@ def first_model(cfg: RunConfig) -> str:
     """The first model id that the server's /v1/models lists; SetupError when there is none."""
     url = cfg.base_url.rstrip("/") + "/v1/models"
     try:
-        r = httpx.get(url, headers=cfg.headers, timeout=min(cfg.timeout_s, 30))
+        r = httpx.get(url, headers=cfg.headers, timeout=min(cfg.timeout_s, 30), verify=cfg.tls_verify)
         r.raise_for_status()
         return r.json()["data"][0]["id"]
     except httpx.HTTPStatusError as exc:
@@ -68,6 +68,21 @@ def first_model(cfg: RunConfig) -> str:
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         why = f"no model in the answer ({type(exc).__name__}: {exc})"
     raise SetupError(f"cannot list models at {url}: {why}. Is the server up? (--model skips this query)")
+
+
+def wait_ready(cfg: RunConfig, timeout_s: float) -> None:
+    """Wait until /v1/models answers 200 (vLLM's --ready-check-timeout-sec); SetupError past the timeout."""
+    url = cfg.base_url.rstrip("/") + "/v1/models"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, headers=cfg.headers, timeout=5, verify=cfg.tls_verify).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() >= deadline:
+            raise SetupError(f"{url} did not answer 200 within --ready-check-timeout-sec {timeout_s:g}")
+        time.sleep(1.0)
 
 
 def prompt_tokenizer(cfg: RunConfig, dcfg: DatasetConfig):
@@ -81,7 +96,7 @@ def prompt_tokenizer(cfg: RunConfig, dcfg: DatasetConfig):
             raise SetupError(f"cannot load --tokenizer {dcfg.tokenizer_path}: {exc}") from None
     if not dcfg.use_server_tokenize:
         return None, SOURCE_ESTIMATE
-    tok, why = probe_server(cfg.base_url, cfg.headers, min(cfg.timeout_s, 30))
+    tok, why = probe_server(cfg.base_url, cfg.headers, min(cfg.timeout_s, 30), cfg.tls_verify)
     if tok is None:
         print(f"loadgen: {cfg.base_url}/tokenize unusable ({why}); prompt lengths are estimates "
               "(give --tokenizer for exact ones)", file=sys.stderr)
@@ -106,12 +121,24 @@ def _prompts(cfg: RunConfig, dcfg: DatasetConfig, tokenizer) -> list[Prompt]:
         raise SetupError(f"{cfg.base_url}/tokenize failed while fitting prompts: {exc}") from None
 
 
+def with_chat_template(cfg: RunConfig, prompts: list[Prompt], tokenizer) -> tuple[list[Prompt], bool]:
+    """On the chat backend, input lengths counted through the tokenizer's chat template, if it has one."""
+    if cfg.backend != "openai-chat" or getattr(tokenizer, "chat_template", None) is None:
+        return prompts, False
+    return [replace(p, input_len=tokenizer.chat_len(p.prompt)) if isinstance(p.prompt, str) else p
+            for p in prompts], True
+
+
 def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer=None) -> list[WorkerPlan]:
     """Items spread round-robin over the workers, each with its intended offset in rate mode."""
     num = _num_items(cfg)
-    prompts = _prompts(cfg, replace(dcfg, num_prompts=num + cfg.warmup), tokenizer)
+    prompts, _ = with_chat_template(cfg, _prompts(cfg, replace(dcfg, num_prompts=num + cfg.warmup), tokenizer),
+                                    tokenizer)
     offsets: list[float | None] = [None] * num
-    if cfg.is_rate_mode:
+    if cfg.ramp_up_strategy is not None:
+        offsets = ramp_offsets_s(cfg.ramp_up_strategy, cfg.ramp_up_start_rps, cfg.ramp_up_end_rps,
+                                 cfg.burstiness, num, cfg.seed)
+    elif cfg.is_rate_mode:
         offsets = arrival_offsets_s(cfg.request_rate, cfg.burstiness, num, cfg.duration_s, cfg.seed)
         num = len(offsets)
 
@@ -207,4 +234,7 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
     summary = summarize(cfg, records, [r.health for r in results])
     interrupted = interrupted or any(r.interrupted for r in results)
-    return RunResult(cfg, model, records, summary, interrupted, {"input_lengths": source})
+    info = {"input_lengths": source, "length_convention": dcfg.convention}
+    if with_chat_template(cfg, [], tokenizer)[1]:
+        info["input_lengths"] += " + chat template (tokenizer_config.json)"
+    return RunResult(cfg, model, records, summary, interrupted, info)

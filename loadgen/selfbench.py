@@ -50,9 +50,27 @@ def run_loadgen(url: str, streams: int, args, cpu: int) -> dict:
         data = json.load(f)
     w = data["summary"]["client_health"]["workers"][0]
     events = data["total_output_tokens_client"]
-    return {"cpu_us_per_event": w["cpu_s"] * 1e6 / max(events, 1), "events_per_s": events / w["wall_s"],
+    # NOTE: the whole run's cost: reading in the measured window, then parsing after it.
+    return {"cpu_us_per_event": (w["cpu_s"] + w.get("parse_cpu_s", 0.0)) * 1e6 / max(events, 1),
+            "read_cpu_us_per_event": w["cpu_s"] * 1e6 / max(events, 1),
+            "parse_cpu_us_per_event": w.get("parse_cpu_s", 0.0) * 1e6 / max(events, 1),
+            "events_per_s": events / w["wall_s"],
             "median_ttft_ms": data["median_ttft_ms"], "mean_itl_ms": data["mean_itl_ms"],
             "client_bound": data["client_bound"], "failed": data["failed"]}
+
+
+def run_aiohttp(url: str, streams: int, args, cpu: int) -> dict:
+    """The bare aiohttp client (loadgen/aiohttp_peer.py) pinned to the client core, if aiohttp is installed."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return {"skipped": "aiohttp is not installed (pip install aiohttp, or the project's [bench] extra)"}
+    cmd = ["taskset", "-c", str(cpu), sys.executable, "-m", "loadgen.aiohttp_peer", url, str(streams),
+           str(args.duration), str(args.output_len)]
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                    timeout=args.duration + 300).stdout.splitlines()[-1])
+    return {"cpu_us_per_event": out["cpu_s"] * 1e6 / max(out["events"], 1),
+            "events_per_s": out["events"] / out["wall_s"], **out}
 
 
 def _tree_cpu(root: int, seen: dict[int, float]) -> float:
@@ -180,10 +198,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--transport", default="lean")
     p.add_argument("--guidellm", default=None, help="path to a guidellm executable (peer)")
+    p.add_argument("--aiohttp", action="store_true", help="also run a bare aiohttp client (peer)")
+    p.add_argument("--scenarios", default=None, help="e.g. flood:256,paced:2048 (default: all three)")
     p.add_argument("--client-cpu", type=int, default=0)
     p.add_argument("--server-cpu", type=int, default=1)
     args = p.parse_args(argv)
-    for mode, streams in SCENARIOS:
+    scenarios = SCENARIOS if args.scenarios is None else [
+        (m, int(n)) for m, n in (x.split(":") for x in args.scenarios.split(","))]
+    for mode, streams in scenarios:
         proc, url = _server(mode, args.server_cpu)
         try:
             time.sleep(0.3)
@@ -193,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
             row["true_median_ttft_ms"] = ttfts[len(ttfts) // 2]
             row["true_mean_gap_ms"] = truth["mean_gap_ms"]
             print(json.dumps({"client": f"loadgen/{args.transport}", "mode": mode, "streams": streams, **row}), flush=True)
+            if args.aiohttp:
+                peer = run_aiohttp(url, streams, args, args.client_cpu)
+                print(json.dumps({"client": "aiohttp (bare)", "mode": mode, "streams": streams, **peer}), flush=True)
             if args.guidellm is None:
                 print(f"guidellm: skipped ({mode}, {streams}): no --guidellm path given", flush=True)
             elif not os.path.exists(args.guidellm):

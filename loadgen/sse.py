@@ -48,12 +48,18 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_chunks = msgspec.json.Decoder(list[_Chunk]).decode
+_DONE_TAIL = b"\n\ndata: [DONE]\n\n"
+SOURCE_USAGE_DELTAS = "usage deltas"
+SOURCE_PER_EVENT = "one per content event"
 _CRLF = re.compile(b"\r\n")
 
 
 def _choice_text(choice: _Choice) -> str:
-    if choice.delta is not None:
-        d = choice.delta
+    d = choice.delta
+    if d is not None:
+        if d.reasoning_content is None and d.reasoning is None:
+            return d.content or ""
         return (d.reasoning_content or d.reasoning or "") + (d.content or "")
     if choice.message is not None:
         return (choice.message.reasoning_content or "") + (choice.message.content or "")
@@ -79,46 +85,125 @@ def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
 
 
 def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None) -> None:
-    """Fill `record` from a streamed body; raises MalformedSSE on a broken stream."""
+    """Fill `record` from a streamed body; raises MalformedSSE on a broken stream.
+
+    Output tokens are counted per content event as the server emitted them: the growth of
+    `usage.completion_tokens` when the server streams usage in every chunk, else one per event."""
     body, ends = _events(chunks)
-    pos, is_done, texts = 0, False, []
-    while True:
-        sep = body.find(b"\n\n", pos)
-        if sep < 0:
-            break
-        stamp = stamps[bisect_right(ends, sep + 1)]
-        for line in body[pos:sep].split(b"\n"):
-            if line.startswith(b"data:"):
-                is_done |= _data_line(record, line[5:].strip(), stamp, texts)
-            elif line and not line.startswith((b":", b"event:", b"id:", b"retry:")):
-                raise MalformedSSE(f"unexpected SSE line {line[:80]!r}")
-        pos = sep + 2
-    if body[pos:].strip():
-        raise MalformedSSE(f"stream ended inside an event: {body[pos:pos + 80]!r}")
-    if not is_done:
-        raise MalformedSSE("stream ended without data: [DONE]")
+    decoded = _common_stream(body, ends, stamps)
+    if decoded is None:
+        decoded = _any_stream(body, ends, stamps)
+    texts, cumulative = _take_chunks(record, *decoded)
+    record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
     _count_tokens(record, texts, tokenizer)
 
 
-def _data_line(record: RequestRecord, payload: bytes, stamp: int, texts: list[str]) -> bool:
-    if payload == b"[DONE]":
-        return True
+def _common_stream(body: bytes, ends: list[int], stamps: list[int]) -> tuple[list[_Chunk], list[int]] | None:
+    """The common stream, one `data: ` line per event and [DONE] last, decoded without a loop per event.
+
+    JSON escapes newlines inside strings, so when the body holds exactly two `\\n` per event, every
+    `\\n\\n` is an event end. Returns None for any other stream (or an undecodable one)."""
+    num = body.count(b"\n\ndata: ") + 1
+    if not (body.startswith(b"data: ") and body.endswith(_DONE_TAIL) and body.count(b"\n") == 2 * num):
+        return None
     try:
-        chunk = _decode_chunk(payload)
-    except msgspec.DecodeError as exc:
-        raise MalformedSSE(f"undecodable event {payload[:80]!r}: {exc}") from None
-    if chunk.error is not None:
-        raise MalformedSSE(f"error event in stream: {str(chunk.error)[:200]}")
-    if chunk.usage is not None:
-        record.usage_prompt_tokens = chunk.usage.prompt_tokens
-        record.usage_completion_tokens = chunk.usage.completion_tokens
-    text = "".join(_choice_text(c) for c in chunk.choices)
-    if text:
-        if record.first_token_ns is None:
-            record.first_token_ns = stamp
-        record.chunk_ns.append(stamp)
-        texts.append(text)
-    return False
+        chunks = _decode_chunks(b"[" + body[6:-len(_DONE_TAIL)].replace(b"\n\ndata: ", b",") + b"]")
+    except msgspec.DecodeError:
+        return None
+    if len(chunks) != num - 1:
+        return None  # an event that was not one JSON value
+    event_stamps: list[int] = []
+    start, newlines, done = 0, 0, 0
+    for end, stamp in zip(ends, stamps, strict=True):
+        newlines += body.count(b"\n", start, end)
+        # NOTE: newlines come in pairs, one pair per event; an event ends at its pair's second one.
+        event_stamps += [stamp] * (newlines // 2 - done)
+        start, done = end, newlines // 2
+    return chunks, event_stamps[: len(chunks)]
+
+
+def _any_stream(body: bytes, ends: list[int], stamps: list[int]) -> tuple[list[_Chunk], list[int]]:
+    """Any valid SSE stream (comments, several lines per event, CR line ends); MalformedSSE otherwise."""
+    events = body.split(b"\n\n")
+    if (tail := events.pop()).strip():
+        raise MalformedSSE(f"stream ended inside an event: {tail[:80]!r}")
+    payloads, event_stamps, is_done = _payloads(events, ends, stamps)
+    if not is_done:
+        raise MalformedSSE("stream ended without data: [DONE]")
+    return _decode_all(payloads), event_stamps
+
+
+def _payloads(events: list[bytes], ends: list[int], stamps: list[int]) -> tuple[list[bytes], list[int], bool]:
+    """Each JSON `data:` payload with the stamp of the read that completed it, and whether [DONE] came."""
+    payloads, event_stamps, pos, done = [], [], 0, False
+    for event in events:
+        pos += len(event) + 2
+        if event.startswith(b"data: ") and b"\n" not in event:
+            lines = (event,)  # NOTE: the common case, one data line, skips the split below
+        else:
+            lines = event.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                payloads.append(payload)
+                event_stamps.append(stamps[bisect_right(ends, pos - 1)])
+            elif line and not line.startswith((b":", b"event:", b"id:", b"retry:")):
+                raise MalformedSSE(f"unexpected SSE line {line[:80]!r}")
+    return payloads, event_stamps, done
+
+
+def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
+    """All events in one msgspec call; on a bad one, find and name it."""
+    try:
+        return _decode_chunks(b"[" + b",".join(payloads) + b"]")
+    except msgspec.DecodeError:
+        pass
+    for payload in payloads:
+        try:
+            _decode_chunk(payload)
+        except msgspec.DecodeError as exc:
+            raise MalformedSSE(f"undecodable event {payload[:80]!r}: {exc}") from None
+    raise MalformedSSE("undecodable stream")  # e.g. a payload that is not one JSON value
+
+
+def _take_chunks(record: RequestRecord, chunks: list[_Chunk], stamps: list[int]) -> tuple[list[str], list]:
+    """Usage, content events' stamps and texts, and each content event's streamed usage (or None)."""
+    texts: list[str] = []
+    cumulative: list[int | None] = []
+    chunk_ns = record.chunk_ns
+    usage = None
+    for chunk, stamp in zip(chunks, stamps, strict=True):
+        if chunk.error is not None:
+            raise MalformedSSE(f"error event in stream: {str(chunk.error)[:200]}")
+        usage = chunk.usage
+        choices = chunk.choices
+        if not choices:
+            continue
+        text = _choice_text(choices[0]) if len(choices) == 1 else "".join([_choice_text(c) for c in choices])
+        if text:
+            chunk_ns.append(stamp)
+            texts.append(text)
+            cumulative.append(usage.completion_tokens if usage is not None else None)
+    last = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
+    if last is not None:
+        record.usage_prompt_tokens, record.usage_completion_tokens = last.prompt_tokens, last.completion_tokens
+    if chunk_ns:
+        record.first_token_ns = chunk_ns[0]
+    return texts, cumulative
+
+
+def _per_event_tokens(cumulative: list[int | None]) -> tuple[list[float], str]:
+    """Tokens per content event: growth of the streamed usage where every event has it, else 1 each."""
+    if not cumulative or any(c is None for c in cumulative):
+        return [1.0] * len(cumulative), SOURCE_PER_EVENT
+    out, last = [], 0
+    for c in cumulative:
+        out.append(float(max(c - last, 0)))
+        last = max(c, last)
+    return out, SOURCE_USAGE_DELTAS
 
 
 def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None) -> None:
@@ -133,20 +218,15 @@ def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None)
     text = "".join(_choice_text(c) for c in chunk.choices)
     record.first_token_ns = end_ns
     record.chunk_ns = [end_ns]
+    usage = record.usage_completion_tokens
+    record.chunk_tokens = [float(usage) if usage else 1.0]
+    record.chunk_token_source = "usage" if usage else SOURCE_PER_EVENT
     _count_tokens(record, [text], tokenizer)
 
 
 def _count_tokens(record: RequestRecord, texts: list[str], tokenizer) -> None:
+    """The client's output count from the per-event counts; a re-tokenised count only on the side."""
     record.output_chars = sum(len(t) for t in texts)
+    record.client_output_tokens = int(sum(record.chunk_tokens))
     if tokenizer is not None:
-        per_chunk = [len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts]
-        record.client_output_tokens = len(tokenizer.encode("".join(texts), add_special_tokens=False).ids)
-    else:
-        per_chunk = [1] * len(texts)
-        record.client_output_tokens = len(texts)
-    usage = record.usage_completion_tokens
-    if usage and len(texts) and tokenizer is None:
-        # NOTE: without a tokenizer the server's count is spread evenly over the chunks.
-        record.chunk_tokens = [usage / len(texts)] * len(texts)
-    else:
-        record.chunk_tokens = [float(n) for n in per_chunk]
+        record.retokenized_output_tokens = len(tokenizer.encode("".join(texts), add_special_tokens=False).ids)

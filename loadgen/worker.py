@@ -63,12 +63,15 @@ class _Worker:
         self.raw_bytes = 0
         self.is_interrupted = False
         self.num_events = 0
+        self.in_flight = 0
+        self.full_at_s: float | None = None
+        self.lag_at_s: list[float] = []
 
     async def run(self, barrier, start_ns) -> WorkerResult:
         num_conn = self.limit or max(64, len(self.plan.items))
         async with make_client(self.cfg, num_conn) as client:
             self.client = client
-            self.requests = {it.index: build_request(client, self.cfg, it.body) for it in self.plan.items}
+            self.requests = {it.index: build_request(client, self.cfg, it.body, it.index) for it in self.plan.items}
             await self._warmup()
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait, BARRIER_TIMEOUT_S)
             self.t0 = start_ns.value
@@ -84,9 +87,12 @@ class _Worker:
             monitor.cancel()
             health = WorkerHealth(worker=self.plan.worker, cpu_s=time.process_time() - cpu0,
                                   wall_s=time.perf_counter() - wall0, loop_lag_ms=self.lags_ms,
-                                  num_events=self.num_events)
+                                  num_events=self.num_events, lag_at_s=self.lag_at_s,
+                                  full_at_s=self.full_at_s, limit=self.limit or 0)
         tokenizer = load_tokenizer(self.plan.tokenizer_path)
+        cpu1 = time.process_time()
         self.records += [finish_record(raw, tokenizer) for raw in self.raws]
+        health.parse_cpu_s = time.process_time() - cpu1
         return WorkerResult(records=self.records, health=health, interrupted=self.is_interrupted)
 
     async def _warmup(self) -> None:
@@ -111,7 +117,11 @@ class _Worker:
         sem = asyncio.Semaphore(self.limit) if self.limit else None
         t0 = self.t0
         deadline = t0 + int(self.cfg.duration_s * 1e9) if self.cfg.duration_s else None
-        for item in self._items():
+        ramp_ns = int(self.cfg.ramp_up_s * 1e9)
+        for started, item in enumerate(self._items()):
+            if ramp_ns and self.limit and started < self.limit:
+                # NOTE: --ramp-up opens the streams evenly over the ramp instead of all at once.
+                await _sleep_until(t0 + ramp_ns * started // self.limit)
             intended = t0
             if item.offset_s is not None:
                 intended = t0 + int(item.offset_s * 1e9)
@@ -133,10 +143,14 @@ class _Worker:
         rec.intended_ns = intended_ns
         raw = RawResponse(rec, is_stream=self.cfg.stream)
         self.counters[self.base + 1] += 1
+        self.in_flight += 1
+        if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
+            self.full_at_s = (time.perf_counter_ns() - self.t0) / 1e9
         try:
             await send_one(self.client, self.cfg, self.requests[item.index % self.plan.num_total], raw)
         finally:
             self.counters[self.base + 1] -= 1
+            self.in_flight -= 1
             if sem is not None:
                 sem.release()
         self._keep(raw)
@@ -167,6 +181,7 @@ class _Worker:
             expected = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
             self.lags_ms.append(max(0.0, (loop.time() - expected) * 1e3))
+            self.lag_at_s.append((time.perf_counter_ns() - self.t0) / 1e9)
             if not self.is_interrupted and self.stop_event.is_set():
                 self.is_interrupted = True
                 self.dispatcher.cancel()

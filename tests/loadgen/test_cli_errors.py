@@ -31,7 +31,12 @@ BAD_FLAGS = [
     ["--output", "/nonexistent/dir/r.json"], ["--records", "/nonexistent/dir/r.jsonl"], ["--output", "/tmp"],
     ["--dataset", "sharegpt"],
     ["--dataset", "random-ids"],
-    ["--base-url", "https://127.0.0.1:1"],
+    ["--flags-from", "tgi"], ["--endpoint", "v1/chat"], ["--backend", "sglang"], ["--host", "127.0.0.1"],
+    *[["--goodput", v] for v in ("ttft", "foo:1", "ttft:-1", "e2e:5")],
+    ["--metadata", "novalue"], ["--custom-output-len", "0"], ["--custom-output-len", "-2"],
+    ["--flags-from", "vllm", "--random-range-ratio", "1.0"], ["--ca-cert", "/nonexistent/ca.pem"],
+    ["--temperature", "inf"], ["--top-k", "-2"], ["--logprobs", "-1"], ["--dataset", "custom"],
+    ["--dataset", "burstgpt"], ["--random-prefix-len", "-1"], ["--port", "0"],
 ]
 
 
