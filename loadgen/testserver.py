@@ -2,7 +2,8 @@
 
 Used by the tests and by `python -m loadgen.selfbench`. It speaks just enough HTTP/1.1 (httptools)
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
-`/stats`. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
+`/stats` (and `/last_request`: the headers and body of the latest completion request). With
+`--certfile/--keyfile` it serves https. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
 every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood"). `faults` cycles over the
 requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed" (a broken SSE
 event), "hang" (never answers: the client's timeout fires), and three valid but awkward forms:
@@ -87,6 +88,7 @@ class _Handler(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._body: list[bytes] = []
+        self._headers: dict[str, str] = {}
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport) -> None:
@@ -105,13 +107,20 @@ class _Handler(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode().lower()] = value.decode(errors="replace")
+
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         url, body = self._url, b"".join(self._body)
         self._url, self._body = b"", []
-        self._server._route(self, url.split(b"?")[0], body)
+        path = url.split(b"?")[0]
+        if path in (b"/v1/chat/completions", b"/v1/completions"):
+            self._server.last_request = {"headers": self._headers, "body": msgspec.json.decode(body)}
+        self._headers = {}
+        self._server._route(self, path, body)
 
     def write(self, data: bytes) -> bool:
         if self.transport is None or self.transport.is_closing():
@@ -134,16 +143,19 @@ def _json_response(status: str, payload: object) -> bytes:
 class ScriptedServer:
     """The scripted server; `start()` inside a running loop, `close()` to stop."""
 
-    def __init__(self, script: ServerScript, port: int = 0) -> None:
+    def __init__(self, script: ServerScript, port: int = 0, ssl_context=None) -> None:
         self.script = script
         self.port = port
+        self.ssl_context = ssl_context
+        self.last_request: dict | None = None
         self.truth = _Truth()
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> int:
         """Listen on 127.0.0.1; returns the bound port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Handler(self), "127.0.0.1", self.port, backlog=4096)
+        self._server = await loop.create_server(lambda: _Handler(self), "127.0.0.1", self.port, backlog=4096,
+                                                ssl=self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -157,6 +169,8 @@ class ScriptedServer:
             conn.write(_json_response("200 OK", {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}))
         elif path == b"/stats":
             conn.write(_json_response("200 OK", self.stats()))
+        elif path == b"/last_request":
+            conn.write(_json_response("200 OK", self.last_request))
         elif path in (b"/tokenize", b"/detokenize") and not self.script.has_tokenize:
             conn.write(_json_response("404 Not Found", {"detail": "Not Found"}))
         elif path == b"/tokenize":
@@ -321,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--faults", default="ok")
     p.add_argument("--no-tokenize", action="store_true", help="answer 404 on /tokenize, /detokenize")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
+    p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
+    p.add_argument("--keyfile", default=None)
     args = p.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -329,7 +345,13 @@ def main(argv: list[str] | None = None) -> None:
     import uvloop
 
     async def serve() -> None:
-        server = ScriptedServer(script, args.port)
+        ctx = None
+        if args.certfile:
+            import ssl
+
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(args.certfile, args.keyfile)
+        server = ScriptedServer(script, args.port, ctx)
         port = await server.start()
         print(f"listening {port}", flush=True)
         await asyncio.Event().wait()

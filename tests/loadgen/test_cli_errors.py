@@ -37,6 +37,9 @@ BAD_FLAGS = [
     ["--flags-from", "vllm", "--random-range-ratio", "1.0"], ["--ca-cert", "/nonexistent/ca.pem"],
     ["--temperature", "inf"], ["--top-k", "-2"], ["--logprobs", "-1"], ["--dataset", "custom"],
     ["--dataset", "burstgpt"], ["--random-prefix-len", "-1"], ["--port", "0"],
+    ["--ramp-up", "-1"], ["--ramp-up-strategy", "cubic"], ["--ramp-up-strategy", "linear"],
+    ["--ramp-up-start-rps", "1"], ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+                                   "--ramp-up-end-rps", "5", "--request-rate", "3"],
 ]
 
 

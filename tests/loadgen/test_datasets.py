@@ -46,3 +46,13 @@ def test_arrivals_constant_and_poisson():
     poisson = arrival_offsets_s(100.0, 1.0, 20000, None, 0)
     assert abs(np.mean(np.diff(poisson)) - 0.01) < 0.0005
     assert max(arrival_offsets_s(10.0, 1.0, None, 2.0, 0)) < 2.0
+
+
+def test_vllm_rate_ramps():
+    from loadgen.schedule import ramp_offsets_s, ramp_rate
+
+    assert ramp_rate("linear", 2.0, 10.0, 0, 5) == 2.0 and ramp_rate("linear", 2.0, 10.0, 4, 5) == 10.0
+    assert ramp_rate("exponential", 1.0, 16.0, 2, 5) == 4.0
+    times = ramp_offsets_s("linear", 10.0, 100.0, math.inf, 4, 0)
+    np.testing.assert_allclose(np.diff(times), [1 / 40, 1 / 70, 1 / 100])
+    assert times[0] == 0.0

@@ -58,3 +58,22 @@ def test_a_run_with_no_success_is_not_judged_for_client_health():
     assert s["client_health"]["client_bound_reasons"] == ["not judged: no request succeeded"]
     busy = summarize(RunConfig(concurrency=1, num_prompts=1), [_rec(0, 0, [1], 2)], _health(1.01, 1.0))
     assert busy["client_bound"] is True
+
+
+def test_start_up_burst_lag_is_a_note_and_steady_lag_a_reason():
+    from loadgen.config import RunConfig
+    from loadgen.metrics import client_health
+
+    cfg = RunConfig(concurrency=2048, num_prompts=1)
+    at = [0.05 * i for i in range(200)]
+    burst = [300.0 if t < 1.5 else 1.0 for t in at]
+    h = WorkerHealth(worker=0, cpu_s=2.0, wall_s=10.0, loop_lag_ms=burst, lag_at_s=at, full_at_s=1.2, limit=2048)
+    out = client_health(cfg, [h], [0.0])
+    assert out["client_bound"] is False and "start-up burst of 2048 streams" in out["client_health_notes"][0]
+    assert out["workers"][0]["loop_lag_steady_p99_ms"] == 1.0
+    steady = [300.0 if i % 10 == 0 else 1.0 for i in range(200)]
+    h = WorkerHealth(worker=0, cpu_s=2.0, wall_s=10.0, loop_lag_ms=steady, lag_at_s=at, full_at_s=1.2, limit=2048)
+    out = client_health(cfg, [h], [0.0])
+    assert out["client_bound"] is True and "steady state after 2.2 s" in out["client_bound_reasons"][0]
+    short = WorkerHealth(worker=0, cpu_s=0.1, wall_s=1.0, loop_lag_ms=burst[:30], lag_at_s=at[:30], full_at_s=1.2)
+    assert client_health(cfg, [short], [0.0])["client_bound"] is True  # no steady state to judge: full window

@@ -54,3 +54,40 @@ def test_lone_cr_line_ends_are_accepted():
     rec = _rec()
     parse_stream(rec, [TOK.replace(b"\n", b"\r"), DONE.replace(b"\n", b"\r")], [5, 6])
     assert rec.chunk_ns == [5]
+
+
+def _usage_tok(text: str, completion_tokens: int) -> bytes:
+    return (b'data: {"choices":[{"index":0,"delta":{"content":"' + text.encode() + b'"}}],'
+            b'"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n' % completion_tokens)
+
+
+def test_streamed_usage_gives_each_event_its_tokens():
+    rec = _rec()
+    body = [ROLE, _usage_tok("ab", 1), _usage_tok("cde", 4), _usage_tok("f", 5), USAGE.replace(b"2}", b"5}"), DONE]
+    parse_stream(rec, body, [1, 2, 3, 4, 5, 6])
+    assert rec.chunk_tokens == [1.0, 3.0, 1.0] and rec.chunk_token_source == "usage deltas"
+    assert rec.client_output_tokens == 5 and rec.usage_completion_tokens == 5
+    assert rec.chunk_ns == [2, 3, 4] and rec.first_token_ns == 2
+
+
+def test_without_streamed_usage_each_event_is_one_token_and_retokenizing_is_apart():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    rec = _rec()
+    parse_stream(rec, [ROLE, TOK, TOK.replace(b'"a"', b'"aaa"'), USAGE, DONE], [1, 2, 3, 4, 5], tok)
+    assert rec.chunk_tokens == [1.0, 1.0] and rec.chunk_token_source == "one per content event"
+    assert rec.client_output_tokens == 2 and rec.retokenized_output_tokens == 4
+
+
+def test_many_events_in_few_reads_take_the_stamp_of_the_read_that_ended_them():
+    body = ROLE + TOK * 5 + USAGE + DONE
+    cut = len(ROLE) + 2 * len(TOK) + 3  # inside the third token event
+    rec = _rec()
+    parse_stream(rec, [body[:cut], body[cut:]], [10, 20])
+    assert rec.chunk_ns == [10, 10, 20, 20, 20]
+    split_sep = len(ROLE) + len(TOK) - 1  # between the two newlines that end the first token event
+    rec = _rec()
+    parse_stream(rec, [body[:split_sep], body[split_sep:]], [10, 20])
+    assert rec.chunk_ns == [20, 20, 20, 20, 20]
