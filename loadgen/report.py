@@ -103,7 +103,7 @@ def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metada
         "backend": cfg.backend, "model_id": result.model, "base_url": cfg.base_url,
         "dataset_name": dataset.get("name"), "request_rate": _jsonable(cfg.request_rate),
         "max_concurrency": cfg.concurrency, "burstiness": _jsonable(cfg.burstiness),
-        "loadgen_version": __version__, "interrupted": result.interrupted,
+        "loadgen_version": __version__, "interrupted": result.interrupted, "transport": cfg.effective_transport,
         "client_bound": result.summary["client_bound"],
     }
     flat.update({k: v for k, v in result.summary.items() if not isinstance(v, dict)})
