@@ -1,4 +1,4 @@
-"""One httpx client per worker, request bodies built before the run, and one request's send/read.
+"""One client per worker, requests prepared before the run, and one request's send/read.
 
 The read path only stamps and keeps bytes; parsing waits until the request (or the run) is over.
 Errors are classed: `http_<status>`, `timeout`, `connection`, `malformed_sse`, `too_large` (a body
@@ -18,21 +18,15 @@ from loadgen.config import RunConfig
 from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
 from loadgen.sse import MalformedSSE, parse_stream, parse_whole
-from loadgen.transport import BODY_EXTENSION, LeanTransport, ResponseTooLarge, too_large_message
+from loadgen.transport import (
+    LeanRequest,
+    LeanTransport,
+    ResponseTooLarge,
+    StampedBody,
+    too_large_message,
+)
 
 _encode = msgspec.json.Encoder().encode
-
-
-def make_client(cfg: RunConfig, num_connections: int) -> httpx.AsyncClient:
-    """The worker's client: keep-alive pool sized to at least its share of the concurrency."""
-    headers = {"content-type": "application/json", **cfg.headers}
-    if cfg.effective_transport == "lean":
-        transport = LeanTransport(max_keepalive=max(num_connections, 1),
-                                  max_body_bytes=cfg.max_response_bytes)
-    else:
-        limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
-        transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
-    return httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
 
 
 def request_body(cfg: RunConfig, model: str, prompt: Prompt) -> bytes:
@@ -66,53 +60,90 @@ class RawResponse:
     is_stream: bool = True
 
 
-def build_request(client: httpx.AsyncClient, cfg: RunConfig, body: bytes, index: int | None = None) -> httpx.Request:
-    """A reusable request (built before the run: URL merging costs about 60 µs in httpx).
+class Client:
+    """A worker's HTTP client: keep-alive pool sized to at least its share of the concurrency.
 
-    With `--request-id-prefix`, it carries `x-request-id: PREFIX<index>` as vLLM's bench sends it."""
-    headers = None
-    if cfg.request_id_prefix is not None and index is not None:
-        headers = {"x-request-id": f"{cfg.request_id_prefix}{index}"}
-    return client.build_request("POST", cfg.endpoint, content=body, headers=headers)
+    Requests are prepared before the run (`prepare`); with the lean transport `send` writes their
+    bytes straight through it, skipping httpx's client layers; with `--transport httpx` (and for
+    https://) they go through `httpx.AsyncClient.send`."""
+
+    def __init__(self, cfg: RunConfig, num_connections: int) -> None:
+        self.cfg = cfg
+        headers = {"content-type": "application/json", **cfg.headers}
+        self.lean: LeanTransport | None = None
+        if cfg.effective_transport == "lean":
+            transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
+                                                  max_body_bytes=cfg.max_response_bytes)
+        else:
+            limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
+            transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
+        self.http = httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.http.aclose()
+
+    def prepare(self, body: bytes, index: int | None = None) -> httpx.Request | LeanRequest:
+        """A reusable request (built before the run: URL merging alone costs about 60 µs in httpx).
+
+        With `--request-id-prefix`, it carries `x-request-id: PREFIX<index>` as vLLM's bench sends it."""
+        headers = None
+        if self.cfg.request_id_prefix is not None and index is not None:
+            headers = {"x-request-id": f"{self.cfg.request_id_prefix}{index}"}
+        request = self.http.build_request("POST", self.cfg.endpoint, content=body, headers=headers)
+        return self.lean.prepare(request) if self.lean is not None else request
+
+    async def send(self, request: httpx.Request | LeanRequest, raw: RawResponse) -> None:
+        """Send one request and keep its stamped bytes in `raw`; never raises for request errors."""
+        cfg, rec = self.cfg, raw.record
+        rec.start_ns = time.perf_counter_ns()
+        response = body = None
+        try:
+            async with asyncio.timeout(cfg.timeout_s):
+                if isinstance(request, LeanRequest):
+                    status, _, body = await self.lean.open(request)  # type: ignore[union-attr]
+                else:
+                    response = await self.http.send(request, stream=True)
+                    status = response.status_code
+                if status != 200:
+                    text = (await _error_body(response, body))[:300].decode(errors="replace")
+                    _fail(rec, f"http_{status}", f"HTTP {status}: {text}")
+                    return
+                if body is not None:
+                    await body.complete()
+                    raw.chunks, raw.stamps = body.chunks, body.stamps
+                else:
+                    await _read_body(response, raw, cfg.max_response_bytes)
+        except ResponseTooLarge as exc:
+            _fail(rec, "too_large", str(exc))
+        except TimeoutError:
+            _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+            _fail(rec, "connection", f"{type(exc).__name__}: {exc}")
+        except httpx.TimeoutException as exc:
+            _fail(rec, "timeout", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any other failure is counted, never fatal
+            _fail(rec, "other", f"{type(exc).__name__}: {exc}")
+        finally:
+            rec.end_ns = time.perf_counter_ns()
+            if rec.error_class is not None:
+                raw.chunks, raw.stamps = [], []
+            if response is not None:
+                await response.aclose()
+            elif body is not None:
+                await body.aclose()  # drops the connection unless the body is complete
 
 
-async def send_one(client: httpx.AsyncClient, cfg: RunConfig, request: httpx.Request, raw: RawResponse) -> None:
-    """Send one request and keep its stamped bytes in `raw`; never raises for request errors."""
-    rec = raw.record
-    rec.start_ns = time.perf_counter_ns()
-    response = None
-    try:
-        async with asyncio.timeout(cfg.timeout_s):
-            response = await client.send(request, stream=True)
-            if response.status_code != 200:
-                text = (await response.aread())[:300].decode(errors="replace")
-                _fail(rec, f"http_{response.status_code}", f"HTTP {response.status_code}: {text}")
-                return
-            await _read_body(response, raw, cfg.max_response_bytes)
-    except ResponseTooLarge as exc:
-        _fail(rec, "too_large", str(exc))
-    except TimeoutError:
-        _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
-    except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
-        _fail(rec, "connection", f"{type(exc).__name__}: {exc}")
-    except httpx.TimeoutException as exc:
-        _fail(rec, "timeout", f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # noqa: BLE001 - any other failure is counted, never fatal
-        _fail(rec, "other", f"{type(exc).__name__}: {exc}")
-    finally:
-        rec.end_ns = time.perf_counter_ns()
-        if rec.error_class is not None:
-            raw.chunks, raw.stamps = [], []
-        if response is not None:
-            await response.aclose()
+async def _error_body(response: httpx.Response | None, body: StampedBody | None) -> bytes:
+    if response is not None:
+        return await response.aread()
+    await body.complete()  # type: ignore[union-attr]
+    return b"".join(body.chunks)  # type: ignore[union-attr]
 
 
 async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int) -> None:
-    stamped = response.extensions.get(BODY_EXTENSION)
-    if stamped is not None:
-        await stamped.complete()
-        raw.chunks, raw.stamps = stamped.chunks, stamped.stamps
-        return
     chunks, stamps, num_bytes = raw.chunks, raw.stamps, 0
     async for data in response.aiter_raw():
         stamp = time.perf_counter_ns()

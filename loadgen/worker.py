@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
-from loadgen.client import RawResponse, build_request, finish_record, make_client, send_one
+from loadgen.client import Client, RawResponse, finish_record
 from loadgen.config import RunConfig
 from loadgen.datasets import load_tokenizer
 from loadgen.records import RequestRecord, WorkerHealth, WorkerResult
@@ -69,9 +69,9 @@ class _Worker:
 
     async def run(self, barrier, start_ns) -> WorkerResult:
         num_conn = self.limit or max(64, len(self.plan.items))
-        async with make_client(self.cfg, num_conn) as client:
+        async with Client(self.cfg, num_conn) as client:
             self.client = client
-            self.requests = {it.index: build_request(client, self.cfg, it.body, it.index) for it in self.plan.items}
+            self.requests = {it.index: client.prepare(it.body, it.index) for it in self.plan.items}
             await self._warmup()
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait, BARRIER_TIMEOUT_S)
             self.t0 = start_ns.value
@@ -100,8 +100,7 @@ class _Worker:
 
         async def one(item: WorkItem) -> None:
             async with sem:
-                request = build_request(self.client, self.cfg, item.body)
-                await send_one(self.client, self.cfg, request, RawResponse(_new_record(item, 0)))
+                await self.client.send(self.client.prepare(item.body), RawResponse(_new_record(item, 0)))
 
         await asyncio.gather(*(one(item) for item in self.plan.warmup))
 
@@ -147,7 +146,7 @@ class _Worker:
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
             self.full_at_s = (time.perf_counter_ns() - self.t0) / 1e9
         try:
-            await send_one(self.client, self.cfg, self.requests[item.index % self.plan.num_total], raw)
+            await self.client.send(self.requests[item.index % self.plan.num_total], raw)
         finally:
             self.counters[self.base + 1] -= 1
             self.in_flight -= 1

@@ -151,11 +151,14 @@ def run_loadgen(a, port: int, prompts: str, conc: int, num: int, out: str, clien
 
     A plain client sends the same prompts as vLLM; a `:vllm-flags` client builds its own random
     prompts from the flags a vLLM user would copy (what a user moving from `vllm bench serve` gets)."""
-    env = {**os.environ, "PYTHONPATH": tree or ROOT}
+    # NOTE: `python -m` puts the working directory first on sys.path, so an older tree must be
+    # the working directory (PYTHONPATH alone ran this checkout's loadgen).
+    cwd = tree or ROOT
+    env = {**os.environ, "PYTHONPATH": cwd}
     if client.endswith(VLLM_FLAGS):
         data = ["--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len), "--seed", "0"]
-        data += ["--flags-from", "vllm"] if _loadgen_has(env, "--flags-from") else []
-    elif _loadgen_has(env, "custom"):
+        data += ["--flags-from", "vllm"] if _loadgen_has(cwd, "--flags-from") else []
+    elif _loadgen_has(cwd, "custom"):
         data = ["--dataset", "custom", "--dataset-path", prompts, "--custom-output-len", str(a.output_len),
                 "--disable-shuffle"]
     else:  # an older loadgen has no custom dataset: the same prompts as ShareGPT
@@ -164,19 +167,20 @@ def run_loadgen(a, port: int, prompts: str, conc: int, num: int, out: str, clien
     cmd = ["taskset", "-c", str(a.client_cpu), sys.executable, "-m", "loadgen", "--base-url",
            f"http://127.0.0.1:{port}", "--model", f"{a.peer_dir}/tiny", "--tokenizer", f"{a.peer_dir}/tiny/tokenizer.json",
            *data, "--num-prompts", str(num), "--concurrency", str(conc), "--ignore-eos", "--quiet", "--output", out]
-    _run_logged(cmd, out + ".log", env)
+    _run_logged(cmd, out + ".log", env, cwd)
     r = json.load(open(out))
     return {**r, **{k: r["summary"].get(k) for k in METRICS if r.get(k) is None}}
 
 
-def _loadgen_has(env: dict, word: str) -> bool:
-    help_text = subprocess.run([sys.executable, "-m", "loadgen", "--help"], env=env, capture_output=True, text=True)
+def _loadgen_has(cwd: str, word: str) -> bool:
+    help_text = subprocess.run([sys.executable, "-m", "loadgen", "--help"], cwd=cwd,
+                               env={**os.environ, "PYTHONPATH": cwd}, capture_output=True, text=True)
     return word in help_text.stdout
 
 
-def _run_logged(cmd: list[str], log_path: str, env: dict) -> None:
+def _run_logged(cmd: list[str], log_path: str, env: dict, cwd: str | None = None) -> None:
     with open(log_path, "w") as log:
-        rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=900).returncode
+        rc = subprocess.run(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, timeout=900).returncode
     if rc != 0:
         raise SystemExit(f"{cmd[3]} ... exited {rc}; see {log_path}")
 

@@ -56,9 +56,10 @@ async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
 
 async def receive_loop(tm: TokenizerManager, inbox: ipc.AsyncPullQueue) -> None:
     """Hand each message from the detokenizer to the tokenizer manager, forever."""
-    # NOTE: awaiting a zmq recv that is already ready does not yield, so while the inbox has a
-    # backlog this loop would hold the event loop: disconnects were seen 20-30 s late on a busy
-    # machine. One yield per engine step keeps socket events flowing.
+    # NOTE: awaiting a zmq recv that is already ready does not yield (pyzmq resolves the future
+    # at once), so while the inbox has a backlog this loop, like upstream's handle_loop, held
+    # the event loop: disconnects were seen 20-30 s late on a busy machine. One yield per engine
+    # step (past upstream) keeps socket events flowing.
     while True:
         msg = await inbox.get()
         if isinstance(msg, BatchStrOutput):
