@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from reference_impl.config import ServerArgs
 from reference_impl.server.connection import (
@@ -114,10 +115,21 @@ async def _serve(serving, request, raw: Request) -> Response:
 
 
 def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
-    def reply(raw: Request, status: int, body: dict) -> JSONResponse:
+    def count(raw: Request, status: int) -> None:
         endpoint = ENDPOINTS.get(raw.url.path, raw.url.path.rsplit("/", 1)[-1])
         metrics.requests.labels(endpoint, str(status)).inc()
+
+    def reply(raw: Request, status: int, body: dict) -> JSONResponse:
+        count(raw, status)
         return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(raw: Request, exc: ClientDisconnect) -> Response:
+        # NOTE: a body cut short (the client left, or --timeout-request-read closed it) is the
+        # client's doing: a 499 logged at info, not a 500 with a traceback.
+        logger.info("client disconnected before its request body was complete")
+        count(raw, CLIENT_CLOSED_REQUEST)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(raw: Request, exc: RequestValidationError) -> JSONResponse:

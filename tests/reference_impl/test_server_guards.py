@@ -31,18 +31,27 @@ def _metric(text: str, name: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def test_idle_and_half_request_sockets_are_closed_after_the_read_timeout():
-    with ServerProcess("--sim-profile", "zero", "--timeout-request-read", str(READ_TIMEOUT_S)) as srv:
+def test_idle_and_half_request_sockets_are_closed_after_the_read_timeout(tmp_path):
+    log = tmp_path / "server.log"
+    with ServerProcess("--sim-profile", "zero", "--timeout-request-read", str(READ_TIMEOUT_S),
+                       log_path=str(log)) as srv:
         idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(5)]
         half = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(5)]
+        cut = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
         for sock in half:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Len")
+        for sock in cut:  # whole headers, then only part of the body
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
         try:
-            assert all(_closed_within(s, READ_TIMEOUT_S + 20) for s in idle + half)
+            assert all(_closed_within(s, READ_TIMEOUT_S + 20) for s in idle + half + cut)
         finally:
-            for sock in idle + half:
+            for sock in idle + half + cut:
                 sock.close()
         assert httpx.get(srv.url + "/v1/models", timeout=30).status_code == 200
+        metrics = httpx.get(srv.url + "/metrics", timeout=30).text
+        assert _metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') == len(cut)
+        assert _metric(metrics, 'num_requests_total{endpoint="chat",status="500"}') == 0
+    assert "Traceback" not in log.read_text()
 
 
 def test_health_is_503_while_the_scheduler_hangs_and_200_after():
