@@ -1,7 +1,7 @@
 """A bare aiohttp streaming client: the baseline `python -m loadgen.selfbench` measures loadgen against.
 
 It reads each response as vLLM's bench client does (`response.content.iter_any()`, split at blank
-lines, `json.loads` of every `data:` event, a `perf_counter` stamp per event) and nothing more: no
+lines, `json.loads` of every `data:` event, a `perf_counter` stamp per content event) and nothing more: no
 records, statistics or health figures. Run as `python -m loadgen.aiohttp_peer URL STREAMS SECONDS
 OUTPUT_LEN`; prints one JSON line: events, CPU seconds and wall seconds over the run window
 (start-up and imports excluded, as in loadgen's own figure).
@@ -23,8 +23,10 @@ async def _stream(session, url: str, body: dict, stamps: list[float]) -> None:
             *events, buffer = buffer.split(b"\n\n")
             for event in events:
                 if event.startswith(b"data: ") and event != b"data: [DONE]":
-                    json.loads(event[6:])
-                    stamps.append(time.perf_counter())
+                    data = json.loads(event[6:])
+                    # NOTE: content events only, as vLLM's client stamps them and loadgen counts them.
+                    if (choices := data.get("choices")) and choices[0]["delta"].get("content"):
+                        stamps.append(time.perf_counter())
 
 
 async def _run(url: str, streams: int, seconds: float, output_len: int) -> dict:

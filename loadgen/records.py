@@ -40,7 +40,7 @@ class WorkerHealth(msgspec.Struct, kw_only=True):
     cpu_s: float
     wall_s: float
     loop_lag_ms: list[float]
-    num_events: int = 0
+    num_events: int = 0  # content events parsed (tokens as streamed), the per-event figures' divisor
     parse_cpu_s: float = 0.0
     lag_at_s: list[float] = []
     full_at_s: float | None = None

@@ -19,29 +19,30 @@ class MalformedSSE(ValueError):
     """The stream broke the SSE / OpenAI chunk format."""
 
 
-class _Delta(msgspec.Struct):
+# NOTE: gc=False: decoded JSON holds no cycles, and untracked structs cost the collector nothing.
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
 
 
-class _Message(msgspec.Struct):
+class _Message(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     text: str | None = None
     message: _Message | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     choices: list[_Choice] = []
     usage: _Usage | None = None
     error: dict | str | None = None

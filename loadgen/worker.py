@@ -8,6 +8,7 @@ mode), a barrier to start together, shared counters for the live display and a s
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import signal
 import time
@@ -62,7 +63,6 @@ class _Worker:
         self.lags_ms: list[float] = []
         self.raw_bytes = 0
         self.is_interrupted = False
-        self.num_events = 0
         self.in_flight = 0
         self.full_at_s: float | None = None
         self.lag_at_s: list[float] = []
@@ -87,12 +87,19 @@ class _Worker:
             monitor.cancel()
             health = WorkerHealth(worker=self.plan.worker, cpu_s=time.process_time() - cpu0,
                                   wall_s=time.perf_counter() - wall0, loop_lag_ms=self.lags_ms,
-                                  num_events=self.num_events, lag_at_s=self.lag_at_s,
+                                  lag_at_s=self.lag_at_s,
                                   full_at_s=self.full_at_s, limit=self.limit or 0)
         tokenizer = load_tokenizer(self.plan.tokenizer_path)
         cpu1 = time.process_time()
-        self.records += [finish_record(raw, tokenizer) for raw in self.raws]
+        # NOTE: parsing makes no reference cycles; with the collector on, each of its passes
+        # re-walks every kept record (parse 1.7 -> 1.5 µs per event in a 5 s flood run).
+        gc.disable()
+        try:
+            self.records += [finish_record(raw, tokenizer) for raw in self.raws]
+        finally:
+            gc.enable()
         health.parse_cpu_s = time.process_time() - cpu1
+        health.num_events = sum([len(r.chunk_ns) for r in self.records])
         return WorkerResult(records=self.records, health=health, interrupted=self.is_interrupted)
 
     async def _warmup(self) -> None:
@@ -159,7 +166,6 @@ class _Worker:
         c[self.base] += 1
         c[self.base + 2] += raw.record.error_class is not None
         c[self.base + 3] += len(raw.chunks)
-        self.num_events += len(raw.chunks)
         size = sum(len(x) for x in raw.chunks)
         if self.raw_bytes + size > MAX_RAW_BYTES:
             self.records.append(finish_record(raw))

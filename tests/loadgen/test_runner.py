@@ -49,6 +49,8 @@ def test_measures_true_ttft_itl_and_counts_at_256_streams_2_workers(start_server
     assert s["output_tokens_usage_minus_client"] == 0
     assert s["max_concurrent_requests"] == 256
     assert all(len(r.chunk_ns) == r.output_len_asked for r in records)
+    # the divisor of the per-event CPU figures: content events, as parsed
+    assert sum(w["num_events"] for w in s["client_health"]["workers"]) == asked
 
 
 def test_every_error_class_is_counted_with_an_example(start_server):
