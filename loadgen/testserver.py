@@ -4,7 +4,8 @@ Used by the tests and by `python -m loadgen.selfbench`. It speaks just enough HT
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
 `/stats` (and `/last_request`: the headers and body of the latest completion request). With
 `--certfile/--keyfile` it serves https. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
-every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood"). `faults` cycles over the
+every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood": one write per token, as
+servers write SSE events; with `burst`, one write for all of a request's tokens). `faults` cycles over the
 requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed" (a broken SSE
 event), "hang" (never answers: the client's timeout fires), and three valid but awkward forms:
 "split_crlf" (CRLF line ends, each `\r` and its `\n` in different writes), "close_delimited" (no
@@ -49,6 +50,7 @@ class ServerScript:
     prompt_tokens: int = 8
     faults: tuple[str, ...] = ("ok",)
     has_tokenize: bool = True
+    burst: bool = False
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -266,10 +268,23 @@ class _Stream:
         loop.call_at(self.t0 + self.sent * script.gap_ms / 1e3, self.step)
 
     def _flood(self) -> None:
+        if self.server.script.burst and self.fault == "ok":
+            self._burst()
+            return
         while self.sent < self.n and self._token():
             pass
         if self.sent >= self.n:
             self._finish()
+
+    def _burst(self) -> None:
+        """All tokens and the end of the stream in one write (the truth stamps them all now)."""
+        payload = _CHAT_TOKEN if self.is_chat else _TEXT_TOKEN
+        now = time.perf_counter_ns()
+        truth = self.server.truth
+        truth.ttft_ns.append(now - self.arrived)
+        truth.num_gaps += self.n - 1
+        self.sent = self.n
+        self._finish(payload * self.n)
 
     def _token(self) -> bool:
         if self.fault == "reset" and self.sent == self.n // 2:
@@ -304,10 +319,11 @@ class _Stream:
                 events, self.pending = events[:-1], events[-1:]
         return self.conn.write(_chunked(events) + (b"0\r\n\r\n" if is_last else b""))
 
-    def _finish(self) -> None:
+    def _finish(self, head: bytes = b"") -> None:
+        """Write the finish event, usage, [DONE] and the end of the body, after `head`."""
         fin = {"index": 0, "finish_reason": "length"}
         fin.update({"delta": {}} if self.is_chat else {"text": ""})
-        out = [b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
+        out = [head, b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
         if self.usage:
             usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
                      "total_tokens": self.prompt_tokens + self.n}
@@ -333,6 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gap-ms", type=float, default=20.0)
     p.add_argument("--num-tokens", type=int, default=None)
     p.add_argument("--faults", default="ok")
+    p.add_argument("--burst", action="store_true", help="with --gap-ms 0: one write per response, not per token")
     p.add_argument("--no-tokenize", action="store_true", help="answer 404 on /tokenize, /detokenize")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
@@ -341,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
-                          has_tokenize=not args.no_tokenize)
+                          has_tokenize=not args.no_tokenize, burst=args.burst)
     import uvloop
 
     async def serve() -> None:

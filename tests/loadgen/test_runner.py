@@ -94,6 +94,17 @@ def test_flood_sets_the_pace_and_is_flagged_client_bound(start_server):
     assert s["client_bound"], s["client_health"]
 
 
+def test_burst_server_writes_each_response_at_once(start_server):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "0", "--burst")
+    result = run(RunConfig(base_url=server.base_url, concurrency=4, num_prompts=8), SMALL)
+    s = result.summary
+    assert s["completed"] == 8 and s["total_output_tokens_client"] == 8 * 20
+    assert server.stats()["num_tokens_sent"] >= 8 * 20
+    # a response's 20 tokens come in one write, so in one or two reads: at most two stamps, where
+    # the one-write-per-token flood gives up to 20
+    assert all(len(set(r.chunk_ns)) <= 2 for r in result.records)
+
+
 def test_slow_server_is_not_flagged_client_bound(start_server):
     server = start_server("--ttft-ms", "50", "--gap-ms", "50", "--num-tokens", "10")
     cfg = RunConfig(base_url=server.base_url, concurrency=8, num_prompts=16)
