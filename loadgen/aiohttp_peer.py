@@ -3,7 +3,8 @@
 It reads each response as vLLM's bench client does (`response.content.iter_any()`, split at blank
 lines, `json.loads` of every `data:` event, a `perf_counter` stamp per content event) and nothing more: no
 records, statistics or health figures. Run as `python -m loadgen.aiohttp_peer URL STREAMS SECONDS
-OUTPUT_LEN`; prints one JSON line: events, CPU seconds and wall seconds over the run window
+OUTPUT_LEN`; prints one JSON line: events, CPU seconds (and the kernel's part), voluntary
+context switches and wall seconds over the run window
 (start-up and imports excluded, as in loadgen's own figure).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import sys
 import time
 
@@ -38,14 +40,16 @@ async def _run(url: str, streams: int, seconds: float, output_len: int) -> dict:
     connector = aiohttp.TCPConnector(limit=streams)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
         deadline = time.perf_counter() + seconds
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, usage0 = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
 
         async def loop() -> None:
             while time.perf_counter() < deadline:
                 await _stream(session, url, body, stamps)
 
         await asyncio.gather(*(loop() for _ in range(streams)))
-        return {"events": len(stamps), "cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return {"events": len(stamps), "cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0,
+                "sys_cpu_s": usage.ru_stime - usage0.ru_stime, "num_sleeps": usage.ru_nvcsw - usage0.ru_nvcsw}
 
 
 def main() -> None:

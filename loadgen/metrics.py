@@ -153,7 +153,8 @@ def _worker_health(h: WorkerHealth, reasons: list[str], notes: list[str]) -> dic
          "startup_burst_s": cut, "num_events": h.num_events, "parse_cpu_s": h.parse_cpu_s,
          "read_cpu_us_per_event": (h.cpu_s * 1e6 / h.num_events) if h.num_events else None,
          "parse_cpu_us_per_event": (h.parse_cpu_s * 1e6 / h.num_events) if h.num_events else None,
-         "cpu_us_per_event": ((h.cpu_s + h.parse_cpu_s) * 1e6 / h.num_events) if h.num_events else None}
+         "cpu_us_per_event": ((h.cpu_s + h.parse_cpu_s) * 1e6 / h.num_events) if h.num_events else None,
+         "sys_cpu_s": h.sys_cpu_s, "sleeps_per_s": h.num_sleeps / h.wall_s if h.wall_s > 0 else 0.0}
     if h.cpu_share >= CLIENT_BOUND_CPU_SHARE:
         reasons.append(f"worker {h.worker} used {h.cpu_share:.0%} of a core")
     p99, steady_p99 = w["loop_lag_p99_ms"], w["loop_lag_steady_p99_ms"]

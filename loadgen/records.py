@@ -42,6 +42,8 @@ class WorkerHealth(msgspec.Struct, kw_only=True):
     loop_lag_ms: list[float]
     num_events: int = 0  # content events parsed (tokens as streamed), the per-event figures' divisor
     parse_cpu_s: float = 0.0
+    sys_cpu_s: float = 0.0  # the kernel's part of cpu_s (socket reads and writes, TCP on loopback)
+    num_sleeps: int = 0  # voluntary context switches: times the loop waited for the network
     lag_at_s: list[float] = []
     full_at_s: float | None = None
     limit: int = 0

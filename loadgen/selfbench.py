@@ -58,6 +58,7 @@ def run_loadgen(url: str, streams: int, args, cpu: int) -> dict:
             "read_cpu_us_per_event": w["cpu_s"] * 1e6 / max(events, 1),
             "parse_cpu_us_per_event": w.get("parse_cpu_s", 0.0) * 1e6 / max(events, 1),
             "events_per_s": events / w["wall_s"],
+            "sys_cpu_us_per_event": w["sys_cpu_s"] * 1e6 / max(events, 1), "sleeps_per_s": w["sleeps_per_s"],
             "median_ttft_ms": data["median_ttft_ms"], "mean_itl_ms": data["mean_itl_ms"],
             "client_bound": data["client_bound"], "failed": data["failed"]}
 
@@ -73,7 +74,9 @@ def run_aiohttp(url: str, streams: int, args, cpu: int) -> dict:
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                     timeout=args.duration + 300).stdout.splitlines()[-1])
     return {"cpu_us_per_event": out["cpu_s"] * 1e6 / max(out["events"], 1),
-            "events_per_s": out["events"] / out["wall_s"], **out}
+            "events_per_s": out["events"] / out["wall_s"],
+            "sys_cpu_us_per_event": out["sys_cpu_s"] * 1e6 / max(out["events"], 1),
+            "sleeps_per_s": out["num_sleeps"] / out["wall_s"], **out}
 
 
 def _tree_cpu(root: int, seen: dict[int, float]) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import resource
 import signal
 import time
 from dataclasses import dataclass, replace
@@ -76,7 +77,7 @@ class _Worker:
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait, BARRIER_TIMEOUT_S)
             self.t0 = start_ns.value
             await asyncio.sleep(max(self.t0 - time.perf_counter_ns(), 0) / 1e9)
-            cpu0, wall0 = time.process_time(), time.perf_counter()
+            cpu0, wall0, usage0 = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
             monitor = asyncio.create_task(self._monitor())
             self.dispatcher = asyncio.create_task(self._dispatch())
             try:
@@ -85,9 +86,11 @@ class _Worker:
                 pass
             await self._drain()
             monitor.cancel()
+            usage = resource.getrusage(resource.RUSAGE_SELF)
             health = WorkerHealth(worker=self.plan.worker, cpu_s=time.process_time() - cpu0,
                                   wall_s=time.perf_counter() - wall0, loop_lag_ms=self.lags_ms,
-                                  lag_at_s=self.lag_at_s,
+                                  sys_cpu_s=usage.ru_stime - usage0.ru_stime,
+                                  num_sleeps=usage.ru_nvcsw - usage0.ru_nvcsw, lag_at_s=self.lag_at_s,
                                   full_at_s=self.full_at_s, limit=self.limit or 0)
         tokenizer = load_tokenizer(self.plan.tokenizer_path)
         cpu1 = time.process_time()

@@ -51,6 +51,9 @@ def test_measures_true_ttft_itl_and_counts_at_256_streams_2_workers(start_server
     assert all(len(r.chunk_ns) == r.output_len_asked for r in records)
     # the divisor of the per-event CPU figures: content events, as parsed
     assert sum(w["num_events"] for w in s["client_health"]["workers"]) == asked
+    for w in s["client_health"]["workers"]:
+        # paced streams: the loop waits on the network between tokens, and the kernel is part of the CPU
+        assert 0 < w["sys_cpu_s"] <= w["cpu_s"] and w["sleeps_per_s"] > 10
 
 
 def test_every_error_class_is_counted_with_an_example(start_server):
