@@ -23,16 +23,15 @@ import time
 
 import httpx
 
+from loadgen import testserver
+
 SCENARIOS = (("paced", 256), ("paced", 2048), ("flood", 256))
 
 
 def _server(mode: str, cpu: int) -> tuple[subprocess.Popen, str]:
     gap = "20" if mode == "paced" else "0"
     burst = ["--burst"] if mode == "burst" else []
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.testserver", "--ttft-ms", "20", "--gap-ms", gap,
-                             "--cpu", str(cpu), *burst], stdout=subprocess.PIPE, text=True)
-    port = int(proc.stdout.readline().split()[1])
-    return proc, f"http://127.0.0.1:{port}"
+    return testserver.spawn("--ttft-ms", "20", "--gap-ms", gap, "--cpu", str(cpu), *burst)
 
 
 def _children_cpu() -> float:

@@ -21,6 +21,8 @@ import argparse
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -339,6 +341,17 @@ def _endless(conn: _Handler) -> None:
     if conn.transport.get_write_buffer_size() < (1 << 20):
         conn.write(_chunked(_BIG_EVENT))
     asyncio.get_running_loop().call_later(0.001, _endless, conn)
+
+
+def spawn(*flags: str, cwd: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `python -m loadgen.testserver FLAGS` as a subprocess; the process and its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.testserver", *flags], stdout=subprocess.PIPE,
+                            text=True, cwd=cwd)
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line.startswith("listening"):
+        proc.kill()
+        raise RuntimeError(f"loadgen.testserver did not start: {line!r}")
+    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
 
 
 def main(argv: list[str] | None = None) -> None:

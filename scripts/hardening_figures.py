@@ -25,6 +25,7 @@ import httpx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from loadgen import testserver  # noqa: E402
 from reference_impl.subprocess_server import ServerProcess, cpu_seconds, free_port  # noqa: E402
 from tests.reference_impl.test_vanished_clients import (  # noqa: E402
     CONFIGS,
@@ -169,13 +170,6 @@ def start_up_errors() -> None:
             print(f"7 {label}: exit {p.returncode}, {len(lines)} stderr line(s): {lines[-1][:120] if lines else ''}")
 
 
-def testserver(*flags: str) -> tuple[subprocess.Popen, str]:
-    """loadgen's scripted server with `flags`, and its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.testserver", *flags], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT)
-    return proc, f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"
-
-
 def loadgen(*flags: str) -> tuple[subprocess.CompletedProcess, dict | None, float]:
     """One loadgen run: the process, its saved JSON (if any) and its peak RSS in MB."""
     out = os.path.join(tempfile.mkdtemp(), "r.json")
@@ -189,7 +183,8 @@ def loadgen(*flags: str) -> tuple[subprocess.CompletedProcess, dict | None, floa
 def loadgen_figures() -> None:
     """Items 8-12: awkward valid streams, endless streams, exit codes, prompt lengths."""
     for fault in ("split_crlf", "close_delimited"):
-        proc, url = testserver("--ttft-ms", "3", "--gap-ms", "3", "--num-tokens", "6", "--faults", fault)
+        proc, url = testserver.spawn("--ttft-ms", "3", "--gap-ms", "3", "--num-tokens", "6", "--faults", fault,
+                                     cwd=ROOT)
         try:
             for transport in ("lean", "httpx"):
                 p, d, _ = loadgen("--base-url", url, "--num-prompts", "40", "--concurrency", "8",
@@ -198,7 +193,7 @@ def loadgen_figures() -> None:
                       f"errors {sum(e['count'] for e in d['summary']['errors'].values())}", flush=True)
         finally:
             proc.terminate()
-    proc, url = testserver("--ttft-ms", "1", "--faults", "endless,ok")
+    proc, url = testserver.spawn("--ttft-ms", "1", "--faults", "endless,ok", cwd=ROOT)
     try:
         t0 = time.perf_counter()
         p, d, peak = loadgen("--base-url", url, "--num-prompts", "4", "--concurrency", "2", "--timeout", "120", *SMALL)

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+
+from loadgen.testserver import spawn
 
 
 class ServerProcess:
     """A `python -m loadgen.testserver` subprocess bound to 127.0.0.1."""
 
     def __init__(self, *flags: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.testserver", *flags],
-            stdout=subprocess.PIPE, text=True,
-        )
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening"), line
-        self.port = int(line.split()[1])
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.proc, self.base_url = spawn(*flags)
+        self.port = int(self.base_url.rsplit(":", 1)[1])
 
     def stats(self) -> dict:
         import httpx
