@@ -69,6 +69,7 @@ class ServerArgs:
     max_request_prompt_tokens: int = 2**20
     max_stop_strings: int = 16
     max_stop_str_len: int = 1024
+    max_stop_token_ids: int = 256
     # Model, tokenizer and engine
     engine: str = "sim"
     tokenizer_path: str | None = None
@@ -144,7 +145,8 @@ class ServerArgs:
                      "chunked_prefill_size",
                      "timeout_keep_alive", "timeout_request_read", "health_check_timeout",
                      "max_request_body_bytes", "max_prompts_per_request",
-                     "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len"):
+                     "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len",
+                     "max_stop_token_ids"):
             _check_positive(name, getattr(self, name))
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
         if self.limit_concurrency is not None:
@@ -252,6 +254,8 @@ _HELP = {
                                  "of every prompt's length times n.",
     "max_stop_strings": "Most stop strings per request.",
     "max_stop_str_len": "Longest stop string, in characters.",
+    "max_stop_token_ids": "Most stop_token_ids per request (each sub-request checks every new "
+                          "token against them).",
     "engine": "Model engine: 'sim' (seeded tokens, step times from a latency model) or 'torch' "
               "(a Llama-family model in torch; the embedded default without --model-path).",
     "tokenizer_path": "Local tokenizer.json or directory holding one; default: --model-path when "

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import Tokenizer
 from reference_impl.tokenizer.stop_strings import StopScanner
+
+
+@lru_cache(maxsize=64)
+def stop_token_id_set(ids: tuple[int, ...]) -> frozenset[int]:
+    """The stop ids as a set: O(1) per token; the sub-requests of one request share one set."""
+    return frozenset(ids)
 
 
 class StopChecker:
@@ -25,7 +33,7 @@ class StopChecker:
             return FinishReason("length")
         if token_id == self.eos_token_id and not sampling.ignore_eos:
             return FinishReason("stop", token_id)
-        if token_id in sampling.stop_token_ids:
+        if token_id in req.stop_token_ids:
             return FinishReason("stop", token_id)
         if req.stop_window:
             matched = self._scan(req, token_id)
@@ -46,7 +54,7 @@ class Req:
 
     __slots__ = ("rid", "origin_input_ids", "output_ids", "fill_ids", "sampling", "stream",
                  "choice_index", "finish_reason", "stop_window", "num_sent", "is_new",
-                 "stop_scanner", "stop_decoder")
+                 "stop_scanner", "stop_decoder", "stop_token_ids")
 
     def __init__(self, msg: TokenizedGenerateReq, storage: TokenStorage, stop_window: int):
         self.rid = msg.rid
@@ -62,6 +70,7 @@ class Req:
         self.is_new = True
         self.stop_scanner: StopScanner | None = None
         self.stop_decoder = None
+        self.stop_token_ids = stop_token_id_set(msg.sampling.stop_token_ids)
 
     @property
     def prompt_len(self) -> int:

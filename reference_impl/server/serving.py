@@ -82,9 +82,12 @@ class ServingBase:
             raise BadRequest(f"n must be at most {self.args.max_n}, got {request.n}", param="n")
         self._check_sizes(request, prompts)
         request_id = f"{self.id_prefix}{uuid.uuid4().hex}"
+        # NOTE: one tuple of distinct ids per request, checked once, shared by every sub-request.
+        stop_ids = tuple(dict.fromkeys(request.stop_token_ids or ()))
+        self._check_token_ids(stop_ids, "stop_token_ids")
         reqs, indices, prompt_lens = [], [], []
         for p, ids in enumerate(prompts):
-            sampling = self._sampling(request, len(ids))
+            sampling = self._sampling(request, len(ids), stop_ids)
             for c in range(request.n):
                 index = p * request.n + c
                 reqs.append(TokenizedGenerateReq(f"{request_id}-{index}", ids, sampling,
@@ -116,6 +119,10 @@ class ServingBase:
             raise BadRequest(f"The prompts times n come to {num_tokens} tokens; the limit is "
                              f"{args.max_request_prompt_tokens} (--max-request-prompt-tokens).",
                              param="prompt" if self.endpoint == "completions" else "messages")
+        num_stop_ids = len(request.stop_token_ids or ())
+        if num_stop_ids > args.max_stop_token_ids:
+            raise BadRequest(f"At most {args.max_stop_token_ids} stop_token_ids, got {num_stop_ids} "
+                             f"(--max-stop-token-ids).", param="stop_token_ids")
         stops = request.stop_strs
         if len(stops) > args.max_stop_strings:
             raise BadRequest(f"At most {args.max_stop_strings} stop strings, got {len(stops)} "
@@ -130,7 +137,7 @@ class ServingBase:
             raise BadRequest(f"The model '{model}' does not exist; this server serves "
                              f"'{self.args.served_model_name}'.", param="model", code="model_not_found")
 
-    def _sampling(self, request, prompt_len: int) -> SamplingParams:
+    def _sampling(self, request, prompt_len: int, stop_ids: tuple[int, ...]) -> SamplingParams:
         context = self.args.context_length
         if prompt_len >= context:
             raise BadRequest(f"The prompt has {prompt_len} tokens; the context length is {context}.",
@@ -141,8 +148,6 @@ class ServingBase:
         elif prompt_len + max_new > context:
             raise BadRequest(f"max_tokens ({max_new}) plus the prompt ({prompt_len} tokens) exceeds "
                              f"the context length ({context}).", param="max_tokens")
-        stop_ids = tuple(request.stop_token_ids or ())
-        self._check_token_ids(stop_ids, "stop_token_ids")
         return SamplingParams(
             max_new_tokens=max_new, temperature=request.temperature, top_p=request.top_p,
             top_k=request.top_k, seed=request.seed, stop=request.stop_strs,

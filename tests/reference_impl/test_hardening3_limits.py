@@ -1,0 +1,35 @@
+"""Hardening round 3 (issue 23), request limits: each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import httpx
+
+from reference_impl.messages import SamplingParams, TokenizedGenerateReq
+from reference_impl.scheduler.request import Req
+from reference_impl.scheduler.token_storage import get_token_storage
+from tests.reference_impl.conftest import MODEL
+
+CHAT = "/v1/chat/completions"
+
+
+def _chat(url: str, **fields) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **fields}
+    return httpx.post(url + CHAT, json=body, timeout=60)
+
+
+def test_stop_token_ids_past_the_cap_get_400(server):
+    response = httpx.post(server.url + "/v1/completions", timeout=60, json={
+        "model": MODEL, "prompt": ["a"] * 64, "n": 16, "max_tokens": 4,
+        "stop_token_ids": [i % 200 + 1 for i in range(257)]})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "stop_token_ids"
+    assert _chat(server.url, stop_token_ids=list(range(1, 257))).status_code == 200
+
+
+def test_stop_token_ids_are_one_shared_set_per_request():
+    storage = get_token_storage("array")
+    ids = tuple(range(1, 200))
+    reqs = [Req(TokenizedGenerateReq(f"r-{i}", [1, 2], SamplingParams(8, stop_token_ids=ids), False),
+                storage, 0) for i in range(4)]
+    assert isinstance(reqs[0].stop_token_ids, frozenset)
+    assert all(r.stop_token_ids is reqs[0].stop_token_ids for r in reqs)
