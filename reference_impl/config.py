@@ -65,6 +65,7 @@ class ServerArgs:
     health_check_timeout: float = 5.0
     # Request limits (400 past them; 413 for the body)
     max_request_body_bytes: int = 16 * 2**20
+    max_request_header_bytes: int = 64 * 2**10
     max_prompts_per_request: int = 64
     max_request_prompt_tokens: int = 2**20
     max_stop_strings: int = 16
@@ -144,7 +145,7 @@ class ServerArgs:
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
                      "chunked_prefill_size",
                      "timeout_keep_alive", "timeout_request_read", "health_check_timeout",
-                     "max_request_body_bytes", "max_prompts_per_request",
+                     "max_request_body_bytes", "max_request_header_bytes", "max_prompts_per_request",
                      "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len",
                      "max_stop_token_ids"):
             _check_positive(name, getattr(self, name))
@@ -249,6 +250,8 @@ _HELP = {
     "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
                             "answers 503 when it does not answer in time.",
     "max_request_body_bytes": "Largest request body in bytes (413 past it, checked before parsing).",
+    "max_request_header_bytes": "Largest request head (request line plus headers) in bytes; "
+                                "431 past it (uvicorn's h11 default).",
     "max_prompts_per_request": "Most prompts in one completions request (a batch).",
     "max_request_prompt_tokens": "Most prompt tokens one request may send to the scheduler: the sum "
                                  "of every prompt's length times n.",

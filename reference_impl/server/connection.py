@@ -8,12 +8,14 @@
   the stream itself checks ``ClientGone`` at every wake-up and stops.
 - ``timed_http_protocol``: uvicorn's httptools protocol with a request-read timeout: a
   connection that sends nothing, or only part of a request, is closed when it expires (uvicorn
-  times out only idle keep-alive connections between requests).
+  times out only idle keep-alive connections between requests), and a request head past
+  ``--max-request-header-bytes`` is answered 431 (httptools has no limit of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -22,6 +24,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from reference_impl.server.protocol import error_body
 from reference_impl.server.serving import BadRequest
 from reference_impl.server.tokenizer_manager import ClientGone
 
@@ -79,25 +82,58 @@ class SSEResponse(StreamingResponse):
 
 
 class _TimedHttpToolsProtocol(HttpToolsProtocol):
-    """httptools protocol that closes a connection whose request is not complete in time."""
+    """httptools protocol that closes a connection whose request is not complete in time, and
+    answers 431 to a request whose head passes ``max_header_bytes``."""
 
     request_read_timeout = 30.0
+    max_header_bytes = 64 * 1024
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._read_timer: asyncio.TimerHandle | None = None
+        self._head_bytes: int | None = 0  # bytes of the current request's head; None once complete
+        self._head_restarted = False
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm_read_timer()
 
+    def data_received(self, data: bytes) -> None:
+        self._head_restarted = False
+        super().data_received(data)
+        # NOTE: httptools buffers a head without limit (and joins a long header line in
+        # quadratic time); counting what was fed while the head is incomplete bounds both. A
+        # read in which a pipelined request's head began is not counted (it may hold the last
+        # request's body): one read more at most.
+        if self._head_bytes is None or self._head_restarted or self.transport.is_closing():
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > self.max_header_bytes:
+            self._reject_head()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._arm_read_timer()
 
+    def on_headers_complete(self) -> None:
+        self._head_bytes = None
+        super().on_headers_complete()
+
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._head_bytes, self._head_restarted = 0, True
         self._disarm_read_timer()
+
+    def _reject_head(self) -> None:
+        logger.info("request head passed %d bytes (--max-request-header-bytes); answered 431",
+                    self.max_header_bytes)
+        body = json.dumps(error_body(
+            f"The request head passed {self.max_header_bytes} bytes "
+            f"(--max-request-header-bytes).", code=431)).encode()
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                             b"content-type: application/json\r\nconnection: close\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        self.transport.close()
 
     def connection_lost(self, exc) -> None:
         self._disarm_read_timer()
@@ -118,7 +154,9 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def timed_http_protocol(request_read_timeout: float) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with ``request_read_timeout`` seconds to receive a request."""
+def timed_http_protocol(request_read_timeout: float,
+                        max_header_bytes: int = 64 * 1024) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``request_read_timeout`` seconds to receive a request
+    and at most ``max_header_bytes`` in a request's head."""
     return type("TimedHttpToolsProtocol", (_TimedHttpToolsProtocol,),
-                {"request_read_timeout": request_read_timeout})
+                {"request_read_timeout": request_read_timeout, "max_header_bytes": max_header_bytes})
