@@ -38,7 +38,11 @@ from reference_impl.server.tokenizer_manager import TokenizerManager
 logger = logging.getLogger(__name__)
 
 
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+# NOTE: the ``endpoint`` label of every counted request: a fixed set, so no client can create
+# series (a label per unknown path gave one series per random 404).
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
+             "/tokenize": "tokenize", "/detokenize": "detokenize"}
+OTHER_ENDPOINT = "other"
 
 
 def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: ServerMetrics) -> FastAPI:
@@ -116,7 +120,7 @@ async def _serve(serving, request, raw: Request) -> Response:
 
 def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
     def count(raw: Request, status: int) -> None:
-        endpoint = ENDPOINTS.get(raw.url.path, raw.url.path.rsplit("/", 1)[-1])
+        endpoint = ENDPOINTS.get(raw.url.path, OTHER_ENDPOINT)
         metrics.requests.labels(endpoint, str(status)).inc()
 
     def reply(raw: Request, status: int, body: dict) -> JSONResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 from reference_impl.messages import SamplingParams, TokenizedGenerateReq
@@ -33,3 +35,14 @@ def test_stop_token_ids_are_one_shared_set_per_request():
                 storage, 0) for i in range(4)]
     assert isinstance(reqs[0].stop_token_ids, frozenset)
     assert all(r.stop_token_ids is reqs[0].stop_token_ids for r in reqs)
+
+
+def test_unknown_paths_share_one_label_series(server):
+    with httpx.Client(timeout=30) as client:
+        for i in range(50):
+            assert client.get(f"{server.url}/no-such-path-{i}").status_code == 404
+        text = client.get(server.url + "/metrics").text
+    labels = set(re.findall(r'^reference:num_requests_total\{endpoint="([^"]*)"', text, re.M))
+    assert labels <= {"chat", "completions", "tokenize", "detokenize", "other"}, labels
+    assert re.search(r'^reference:num_requests_total\{endpoint="other",status="404"\} ([0-9.]+)$',
+                     text, re.M)
