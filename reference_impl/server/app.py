@@ -45,11 +45,14 @@ ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
 OTHER_ENDPOINT = "other"
 
 
-def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: ServerMetrics) -> FastAPI:
-    """The HTTP application of one server."""
+def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: ServerMetrics,
+               max_req_kv_tokens: int | None = None) -> FastAPI:
+    """The HTTP application of one server; ``max_req_kv_tokens``: the KV tokens one request may
+    hold (the scheduler's pool, per DP rank), which bounds the default ``max_tokens``."""
     app = FastAPI(title="reference_impl", openapi_url=None, docs_url=None, redoc_url=None)
     chat = ServingChat(args, tm, tokenizer, metrics)
     completions = ServingCompletions(args, tm, tokenizer, metrics)
+    chat.max_req_kv_tokens = completions.max_req_kv_tokens = max_req_kv_tokens
     tokenization = ServingTokenization(args, tokenizer)
     max_body = args.max_request_body_bytes
 

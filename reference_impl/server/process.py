@@ -22,6 +22,7 @@ from reference_impl.server.tokenizer_manager import TokenizerManager
 from reference_impl.tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
+_SCHEDULER_START_TIMEOUT_S = 600.0
 
 
 def run(args: ServerArgs, ready: Callable[[], None]) -> None:
@@ -38,8 +39,11 @@ async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
     tm = TokenizerManager(args, to_scheduler.put, metrics)
     receiver = asyncio.create_task(receive_loop(tm, inbox))
     receiver.add_done_callback(_exit_if_failed)
+    # NOTE: the scheduler answers once its engine is built; the launcher's ready timeout bounds this.
+    stats = await tm.get_scheduler_stats(_SCHEDULER_START_TIMEOUT_S)
+    max_req_kv_tokens = stats.max_total_tokens // args.dp_size
     server = uvicorn.Server(uvicorn.Config(
-        create_app(args, tm, tokenizer, metrics), host=args.host, port=args.port,
+        create_app(args, tm, tokenizer, metrics, max_req_kv_tokens), host=args.host, port=args.port,
         log_level=args.log_level, access_log=False,
         http=timed_http_protocol(args.timeout_request_read, args.max_request_header_bytes),
         lifespan="off", backlog=8192, timeout_keep_alive=args.timeout_keep_alive,

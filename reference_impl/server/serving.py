@@ -74,6 +74,13 @@ class ServingBase:
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.delta_tracker_cls = get_delta_tracker(args.stream_delta, args.incremental_streaming_output)
+        self.max_req_kv_tokens: int | None = None  # KV tokens one request may hold; set at start
+
+    @property
+    def max_req_len(self) -> int:
+        """Most prompt + output tokens of one sub-request: the context or the KV pool, less."""
+        kv = self.max_req_kv_tokens
+        return self.args.context_length if kv is None else min(self.args.context_length, kv)
 
     def build(self, request, prompts: list[list[int]]) -> SubRequests:
         """Check ``request`` against the server's limits and split it into sub-requests."""
@@ -138,21 +145,26 @@ class ServingBase:
                              f"'{self.args.served_model_name}'.", param="model", code="model_not_found")
 
     def _sampling(self, request, prompt_len: int, stop_ids: tuple[int, ...]) -> SamplingParams:
-        context = self.args.context_length
-        if prompt_len >= context:
-            raise BadRequest(f"The prompt has {prompt_len} tokens; the context length is {context}.",
-                             param="messages" if self.endpoint == "chat" else "prompt")
+        limit = self.max_req_len
+        if prompt_len >= limit:
+            raise BadRequest(f"The prompt has {prompt_len} tokens; {self._limit_name(limit)} is "
+                             f"{limit}.", param="messages" if self.endpoint == "chat" else "prompt")
         max_new = request.max_new_tokens
         if max_new is None:
-            max_new = context - prompt_len
-        elif prompt_len + max_new > context:
+            max_new = limit - prompt_len  # as vLLM: what is left of the context (or the KV pool)
+        elif prompt_len + max_new > limit:
             raise BadRequest(f"max_tokens ({max_new}) plus the prompt ({prompt_len} tokens) exceeds "
-                             f"the context length ({context}).", param="max_tokens")
+                             f"{self._limit_name(limit)} ({limit}).", param="max_tokens")
         return SamplingParams(
             max_new_tokens=max_new, temperature=request.temperature, top_p=request.top_p,
             top_k=request.top_k, seed=request.seed, stop=request.stop_strs,
             stop_token_ids=stop_ids, ignore_eos=request.ignore_eos,
         )
+
+    def _limit_name(self, limit: int) -> str:
+        if limit < self.args.context_length:
+            return "the KV cache's capacity per request in tokens (--max-total-tokens)"
+        return "the context length"
 
     def _check_token_ids(self, ids, param: str) -> None:
         vocab = self.tokenizer.vocab_size

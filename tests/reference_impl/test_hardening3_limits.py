@@ -9,7 +9,7 @@ import httpx
 from reference_impl.messages import SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.request import Req
 from reference_impl.scheduler.token_storage import get_token_storage
-from tests.reference_impl.conftest import MODEL
+from tests.reference_impl.conftest import MODEL, ServerProcess, stream_chunks
 
 CHAT = "/v1/chat/completions"
 
@@ -46,3 +46,22 @@ def test_unknown_paths_share_one_label_series(server):
     assert labels <= {"chat", "completions", "tokenize", "detokenize", "other"}, labels
     assert re.search(r'^reference:num_requests_total\{endpoint="other",status="404"\} ([0-9.]+)$',
                      text, re.M)
+
+
+def test_default_max_tokens_fits_the_kv_pool_and_a_prompt_that_cannot_fit_gets_400():
+    with ServerProcess("--sim-profile", "zero", "--max-total-tokens", "1000") as srv:
+        srv.wait_ready()
+        response = _chat(srv.url, max_tokens=None, ignore_eos=True)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert body["usage"]["total_tokens"] == 1000
+        chunks, done = stream_chunks(srv.url, CHAT, {
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True})
+        assert done == "[DONE]"
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        too_long = {"messages": [{"role": "user", "content": "x" * 1200}]}
+        for fields in ({"max_tokens": 5000}, {**too_long, "max_tokens": 5}, {**too_long, "stream": True}):
+            response = _chat(srv.url, **fields)
+            assert response.status_code == 400, response.text
+            assert "--max-total-tokens" in response.json()["error"]["message"]
