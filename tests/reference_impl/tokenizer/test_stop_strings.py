@@ -73,6 +73,7 @@ def test_scheduler_stop_check_finds_a_stop_string_split_across_tokens():
         output_ids: list[int] = []
         stop_window = checker.tail_window(("日本", "zz"))
         stop_scanner = None
+        stop_token_ids: frozenset[int] = frozenset()
         stop_decoder = None
 
     req = FakeReq()
