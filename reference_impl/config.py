@@ -71,6 +71,7 @@ class ServerArgs:
     max_stop_strings: int = 16
     max_stop_str_len: int = 1024
     max_stop_token_ids: int = 256
+    max_content_parts: int = 8192
     # Model, tokenizer and engine
     engine: str = "sim"
     tokenizer_path: str | None = None
@@ -147,7 +148,7 @@ class ServerArgs:
                      "timeout_keep_alive", "timeout_request_read", "health_check_timeout",
                      "max_request_body_bytes", "max_request_header_bytes", "max_prompts_per_request",
                      "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len",
-                     "max_stop_token_ids"):
+                     "max_stop_token_ids", "max_content_parts"):
             _check_positive(name, getattr(self, name))
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
         if self.limit_concurrency is not None:
@@ -252,6 +253,8 @@ _HELP = {
     "max_request_body_bytes": "Largest request body in bytes (413 past it, checked before parsing).",
     "max_request_header_bytes": "Largest request head (request line plus headers) in bytes; "
                                 "431 past it (uvicorn's h11 default).",
+    "max_content_parts": "Most chat messages plus content parts in one chat or /tokenize "
+                         "request (counted before validation).",
     "max_prompts_per_request": "Most prompts in one completions request (a batch).",
     "max_request_prompt_tokens": "Most prompt tokens one request may send to the scheduler: the sum "
                                  "of every prompt's length times n.",

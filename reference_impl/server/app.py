@@ -27,6 +27,7 @@ from reference_impl.server.protocol import (
     ModelCard,
     ModelList,
     TokenizeRequest,
+    count_content_parts,
     error_body,
 )
 from reference_impl.server.serving import BadRequest
@@ -80,9 +81,18 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
         metrics.tracked.set(len(tm.rid_to_state))
         return Response(metrics.render(stats), media_type="text/plain; version=0.0.4")
 
+    async def read_chat_body(raw: Request) -> bytes:
+        body = await read_body(raw, max_body)
+        num_parts = count_content_parts(body, args.max_content_parts)
+        if num_parts > args.max_content_parts:
+            raise BadRequest(f"The messages and their content parts number at least {num_parts}; "
+                             f"the limit is {args.max_content_parts} (--max-content-parts).",
+                             param="messages")
+        return body
+
     @app.post("/v1/chat/completions")
     async def chat_completions(raw: Request) -> Response:
-        body = await read_body(raw, max_body)
+        body = await read_chat_body(raw)
         return await _serve(chat, ChatCompletionRequest.model_validate_json(body), raw)
 
     @app.post("/v1/completions")
@@ -92,7 +102,7 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
 
     @app.post("/tokenize")
     async def tokenize(raw: Request) -> Response:
-        request = TokenizeRequest.model_validate_json(await read_body(raw, max_body))
+        request = TokenizeRequest.model_validate_json(await read_chat_body(raw))
         return JSONResponse(tokenization.tokenize(request).model_dump())
 
     @app.post("/detokenize")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # NOTE: every integer that reaches another process is bounded to a signed 64-bit value here, so
@@ -335,6 +336,42 @@ class ErrorResponse(BaseModel):
     """An OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
 
     error: ErrorInfo
+
+
+class _MessageShape(msgspec.Struct):
+    content: str | list[msgspec.Raw] | None = None
+
+
+class _ChatShape(msgspec.Struct):
+    messages: list[msgspec.Raw] = []
+
+
+_CHAT_SHAPE = msgspec.json.Decoder(_ChatShape)
+_MESSAGE_SHAPE = msgspec.json.Decoder(_MessageShape)
+
+
+def count_content_parts(body: bytes, limit: int) -> int:
+    """Messages plus their content parts in a chat-shaped JSON body, counted up to just past
+    ``limit`` (0 when the body has no such shape: validation then says what is wrong).
+
+    NOTE: pydantic validates every part before any length check (1.7 s of event loop for
+    367,000 empty parts); this count skims the body in msgspec (about 25 ms for as many).
+    """
+    try:
+        messages = _CHAT_SHAPE.decode(body).messages
+    except msgspec.DecodeError:
+        return 0
+    count = len(messages)
+    for raw in messages:
+        if count > limit:
+            break
+        try:
+            content = _MESSAGE_SHAPE.decode(raw).content
+        except msgspec.DecodeError:
+            continue
+        if isinstance(content, list):
+            count += len(content)
+    return count
 
 
 def error_body(message: str, *, type: str = "invalid_request_error", param: str | None = None,

@@ -29,6 +29,7 @@ class ServingTokenization:
         else:
             text = request.prompt
         ids = self.tokenizer.encode(text)
+        self._check_len(len(ids), "prompt" if request.messages is None else "messages")
         return TokenizeResponse(count=len(ids), max_model_len=self.args.context_length, tokens=ids)
 
     def detokenize(self, request: DetokenizeRequest) -> DetokenizeResponse:
@@ -38,6 +39,13 @@ class ServingTokenization:
         if any(t >= vocab for t in request.tokens):
             raise BadRequest(f"tokens must be token ids in [0, {vocab})", param="tokens")
         return DetokenizeResponse(prompt=self.tokenizer.decode(request.tokens))
+
+    def _check_len(self, num_tokens: int, param: str) -> None:
+        """The limits the generating endpoints apply to one prompt (past them, a 400)."""
+        limit = min(self.args.context_length, self.args.max_request_prompt_tokens)
+        if num_tokens > limit:
+            raise BadRequest(f"The prompt has {num_tokens} tokens; the limit is {limit} (the context "
+                             f"length, or --max-request-prompt-tokens).", param=param)
 
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.args.served_model_name:

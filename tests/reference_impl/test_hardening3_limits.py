@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -9,6 +10,7 @@ import httpx
 from reference_impl.messages import SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.request import Req
 from reference_impl.scheduler.token_storage import get_token_storage
+from reference_impl.server.protocol import count_content_parts
 from tests.reference_impl.conftest import MODEL, ServerProcess, stream_chunks
 
 CHAT = "/v1/chat/completions"
@@ -65,3 +67,31 @@ def test_default_max_tokens_fits_the_kv_pool_and_a_prompt_that_cannot_fit_gets_4
             response = _chat(srv.url, **fields)
             assert response.status_code == 400, response.text
             assert "--max-total-tokens" in response.json()["error"]["message"]
+
+
+def test_tokenize_applies_the_prompt_limits(server):
+    response = httpx.post(server.url + "/tokenize", json={"prompt": "ab " * 140_000}, timeout=60)
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["error"]["param"] == "prompt"
+    assert httpx.post(server.url + "/tokenize", json={"prompt": "ab"}, timeout=60).json()["count"] > 0
+
+
+def test_content_parts_past_the_cap_get_400_before_validation(server):
+    part = {"type": "text", "text": "a"}
+    many_parts = [{"role": "user", "content": [part] * 8192}]
+    many_messages = [{"role": "user", "content": "a"}] * 8193
+    for path in (CHAT, "/tokenize"):
+        for messages in (many_parts, many_messages):
+            body = {"model": MODEL, "messages": messages, "max_tokens": 1}
+            response = httpx.post(server.url + path, json=body, timeout=60)
+            assert response.status_code == 400, response.text[:300]
+            assert "--max-content-parts" in response.json()["error"]["message"]
+    assert _chat(server.url, messages=[{"role": "user", "content": [part] * 100}]).status_code == 200
+
+
+def test_count_content_parts_skims_only_chat_shapes():
+    body = json.dumps({"messages": [{"role": "user", "content": [{}, {}]}, {"content": "x"}]})
+    assert count_content_parts(body.encode(), 100) == 4
+    assert count_content_parts(b'{"messages": 3}', 100) == 0
+    assert count_content_parts(b'{"prompt": "x"}', 100) == 0
+    assert count_content_parts(b"not json", 100) == 0
