@@ -61,6 +61,7 @@ class ServerArgs:
     log_level: str = "warning"
     timeout_keep_alive: float = 60.0
     timeout_request_read: float = 30.0
+    timeout_response_write: float = 10.0
     limit_concurrency: int | None = None
     health_check_timeout: float = 5.0
     # Request limits (400 past them; 413 for the body)
@@ -145,7 +146,8 @@ class ServerArgs:
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
                      "chunked_prefill_size",
-                     "timeout_keep_alive", "timeout_request_read", "health_check_timeout",
+                     "timeout_keep_alive", "timeout_request_read", "timeout_response_write",
+                     "health_check_timeout",
                      "max_request_body_bytes", "max_request_header_bytes", "max_prompts_per_request",
                      "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len",
                      "max_stop_token_ids", "max_content_parts"):
@@ -247,6 +249,9 @@ _HELP = {
     "timeout_request_read": "Seconds a connection has to send a whole request (from connecting, or "
                             "from a request's first byte); one that sends nothing or half a request "
                             "is closed then.",
+    "timeout_response_write": "Seconds a response's write buffer may stay full (a client that "
+                              "stopped reading) before the connection is closed; a stream ends "
+                              "as a 499.",
     "limit_concurrency": "Connections plus tasks past which uvicorn answers 503 (default: no limit).",
     "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
                             "answers 503 when it does not answer in time.",

@@ -9,7 +9,9 @@
 - ``timed_http_protocol``: uvicorn's httptools protocol with a request-read timeout: a
   connection that sends nothing, or only part of a request, is closed when it expires (uvicorn
   times out only idle keep-alive connections between requests), and a request head past
-  ``--max-request-header-bytes`` is answered 431 (httptools has no limit of its own).
+  ``--max-request-header-bytes`` is answered 431 (httptools has no limit of its own). A
+  connection whose write buffer stays full (a client that stopped reading) for
+  ``--timeout-response-write`` is closed: its stream ends and is counted 499, in every H3 form.
 """
 
 from __future__ import annotations
@@ -87,10 +89,12 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     request_read_timeout = 30.0
     max_header_bytes = 64 * 1024
+    response_write_timeout = 10.0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._read_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
         self._head_bytes: int | None = 0  # bytes of the current request's head; None once complete
         self._head_restarted = False
 
@@ -137,7 +141,31 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc) -> None:
         self._disarm_read_timer()
+        self._disarm_write_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        # NOTE: a client that stopped reading keeps the transport paused; its stream then stops
+        # pulling outputs, which pile up in the request state (quadratically in the legacy H3
+        # form). Closing the connection when no write drains in time ends the stream as a 499.
+        super().pause_writing()
+        self._disarm_write_timer()
+        self._write_timer = self.loop.call_later(self.response_write_timeout, self._write_timed_out)
+
+    def resume_writing(self) -> None:
+        self._disarm_write_timer()
+        super().resume_writing()
+
+    def _disarm_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        logger.info("client read nothing for %.1f s (--timeout-response-write); connection closed",
+                    self.response_write_timeout)
+        self.transport.abort()
 
     def _arm_read_timer(self) -> None:
         self._disarm_read_timer()
@@ -154,9 +182,11 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def timed_http_protocol(request_read_timeout: float,
-                        max_header_bytes: int = 64 * 1024) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with ``request_read_timeout`` seconds to receive a request
-    and at most ``max_header_bytes`` in a request's head."""
+def timed_http_protocol(request_read_timeout: float, max_header_bytes: int = 64 * 1024,
+                        response_write_timeout: float = 10.0) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``request_read_timeout`` seconds to receive a request,
+    at most ``max_header_bytes`` in a request's head, and ``response_write_timeout`` seconds
+    for a paused (full) write buffer to drain."""
     return type("TimedHttpToolsProtocol", (_TimedHttpToolsProtocol,),
-                {"request_read_timeout": request_read_timeout, "max_header_bytes": max_header_bytes})
+                {"request_read_timeout": request_read_timeout, "max_header_bytes": max_header_bytes,
+                 "response_write_timeout": response_write_timeout})

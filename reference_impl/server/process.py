@@ -45,7 +45,8 @@ async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
     server = uvicorn.Server(uvicorn.Config(
         create_app(args, tm, tokenizer, metrics, max_req_kv_tokens), host=args.host, port=args.port,
         log_level=args.log_level, access_log=False,
-        http=timed_http_protocol(args.timeout_request_read, args.max_request_header_bytes),
+        http=timed_http_protocol(args.timeout_request_read, args.max_request_header_bytes,
+                                 args.timeout_response_write),
         lifespan="off", backlog=8192, timeout_keep_alive=args.timeout_keep_alive,
         limit_concurrency=args.limit_concurrency, timeout_graceful_shutdown=2,
     ))
