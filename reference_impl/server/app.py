@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reference_impl.config import ServerArgs
 from reference_impl.server.connection import (
@@ -57,7 +58,7 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
     tokenization = ServingTokenization(args, tokenizer)
     max_body = args.max_request_body_bytes
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
         try:
             await tm.get_scheduler_stats(args.health_check_timeout)
@@ -67,12 +68,12 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
                                            code=503), status_code=503)
         return Response(status_code=200)
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> ModelList:
         return ModelList(data=[ModelCard(id=args.served_model_name, root=args.served_model_name,
                                          max_model_len=args.context_length)])
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])
     async def prometheus() -> Response:
         try:
             stats = await tm.get_scheduler_stats(args.health_check_timeout)
@@ -81,8 +82,19 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
         metrics.tracked.set(len(tm.rid_to_state))
         return Response(metrics.render(stats), media_type="text/plain; version=0.0.4")
 
-    async def read_chat_body(raw: Request) -> bytes:
+    @app.options("/health")
+    @app.options("/v1/models")
+    @app.options("/metrics")
+    async def allowed_methods() -> Response:
+        return Response(status_code=204, headers={"allow": "GET, HEAD, OPTIONS"})
+
+    async def read_json_body(raw: Request) -> bytes:
         body = await read_body(raw, max_body)
+        check_json_content_type(raw.headers.get("content-type", ""))
+        return body
+
+    async def read_chat_body(raw: Request) -> bytes:
+        body = await read_json_body(raw)
         num_parts = count_content_parts(body, args.max_content_parts)
         if num_parts > args.max_content_parts:
             raise BadRequest(f"The messages and their content parts number at least {num_parts}; "
@@ -97,7 +109,7 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
 
     @app.post("/v1/completions")
     async def text_completions(raw: Request) -> Response:
-        body = await read_body(raw, max_body)
+        body = await read_json_body(raw)
         return await _serve(completions, CompletionRequest.model_validate_json(body), raw)
 
     @app.post("/tokenize")
@@ -107,11 +119,37 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
 
     @app.post("/detokenize")
     async def detokenize(raw: Request) -> Response:
-        request = DetokenizeRequest.model_validate_json(await read_body(raw, max_body))
+        request = DetokenizeRequest.model_validate_json(await read_json_body(raw))
         return JSONResponse(tokenization.detokenize(request).model_dump())
 
     _add_error_handlers(app, metrics)
+    app.add_middleware(ExpectationCheck)
     return app
+
+
+def check_json_content_type(content_type: str) -> None:
+    """A 400 unless the body is declared JSON (a web page can post ``text/plain`` anywhere)."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise BadRequest(f"The request body must be JSON (Content-Type: application/json), got "
+                         f"{content_type[:100]!r}.", code="unsupported_media_type")
+
+
+class ExpectationCheck:
+    """ASGI middleware: 417 for an ``Expect`` other than ``100-continue`` (uvicorn's part)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            expect = dict(scope["headers"]).get(b"expect")
+            if expect is not None and expect.lower() != b"100-continue":
+                body = error_body("Only 'Expect: 100-continue' is supported.", type="expectation_failed",
+                                  code=417)
+                await JSONResponse(body, status_code=417)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _serve(serving, request, raw: Request) -> Response:

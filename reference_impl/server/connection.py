@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from reference_impl.server.protocol import error_body
 from reference_impl.server.serving import BadRequest
@@ -122,6 +122,10 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_bytes = None
         super().on_headers_complete()
+        if self.cycle is not None and self.scope.get("http_version") == "1.0":
+            # NOTE: uvicorn frames a response without Content-Length as chunked even for an
+            # HTTP/1.0 client, which has no chunked encoding; the cycle's task starts later.
+            self.cycle.__class__ = _Http10Cycle
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -179,6 +183,37 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     def _read_timed_out(self) -> None:
         self._read_timer = None
         if not self.transport.is_closing():
+            self.transport.close()
+
+
+class _Http10Cycle(RequestResponseCycle):
+    """A response to an HTTP/1.0 request: without Content-Length, its end is the connection's
+    close (RFC 9112, 6.3), never a chunked body."""
+
+    _close_delimited = False
+
+    async def send(self, message) -> None:
+        if message["type"] == "http.response.start" and self._needs_close_delimiting(message):
+            self._close_delimited, self.chunked_encoding, self.keep_alive = True, False, False
+        elif self._close_delimited and message["type"] == "http.response.body":
+            await self._send_close_delimited(message)
+            return
+        await super().send(message)
+
+    def _needs_close_delimiting(self, message) -> bool:
+        names = {name.lower() for name, _ in message.get("headers", [])}
+        return (b"content-length" not in names and self.scope["method"] != "HEAD"
+                and message["status"] not in (204, 304))
+
+    async def _send_close_delimited(self, message) -> None:
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected or self.response_complete:
+            return
+        self.transport.write(message.get("body", b""))
+        if not message.get("more_body", False):
+            self.response_complete = True
+            self.message_event.set()
             self.transport.close()
 
 

@@ -22,7 +22,9 @@ PromptInput = str | list[TokenId] | list[list[TokenId]] | list[str]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # NOTE: strict, as the OpenAI API: "stream": "true", "n": true or "max_tokens": "5" are 400s
+    # (a JSON integer still passes for a float field).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class StreamOptions(_Request):

@@ -101,3 +101,62 @@ def test_a_client_that_stops_reading_is_cut_off_as_499(form):
         assert _metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') == 5
         assert _metric(metrics, "num_tracked_reqs") == 0
         assert _rss_mb(http) - before < 300
+
+
+GOOD_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.mark.parametrize("field, value", [("stream", "true"), ("n", True), ("max_tokens", "5")])
+def test_ill_typed_fields_are_not_coerced(server, field, value):
+    response = httpx.post(server.url + "/v1/chat/completions", json={**GOOD_CHAT, field: value},
+                          timeout=60)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_bodies_not_declared_json_are_rejected(server, content_type):
+    headers = {"content-type": content_type} if content_type else {}
+    for path in ("/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"):
+        response = httpx.post(server.url + path, content=json.dumps(GOOD_CHAT), headers=headers,
+                              timeout=60)
+        assert response.status_code == 400, (path, response.text)
+        assert "application/json" in response.json()["error"]["message"]
+    ok = httpx.post(server.url + "/v1/chat/completions", content=json.dumps(GOOD_CHAT),
+                    headers={"content-type": "Application/JSON; charset=utf-8"}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_an_unknown_expectation_gets_417(server):
+    response = httpx.post(server.url + "/v1/chat/completions", json=GOOD_CHAT,
+                          headers={"expect": "bogus"}, timeout=60)
+    assert response.status_code == 417
+    ok = httpx.post(server.url + "/v1/chat/completions", json=GOOD_CHAT,
+                    headers={"expect": "100-continue"}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_an_http10_stream_is_close_delimited(server):
+    body = json.dumps({**GOOD_CHAT, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        sock.settimeout(60)
+        data = b""
+        while chunk := sock.recv(65536):  # the server ends the body by closing
+            data += chunk
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding" not in head.lower()
+    assert payload.startswith(b"data: {") and payload.endswith(b"data: [DONE]\n\n")
+
+
+def test_head_and_options_on_read_only_endpoints(server):
+    for path in ("/health", "/metrics", "/v1/models"):
+        head = httpx.head(server.url + path, timeout=30)
+        assert head.status_code == 200 and head.content == b""
+        options = httpx.options(server.url + path, timeout=30)
+        assert options.status_code == 204
+        assert set(options.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}
+    metrics = httpx.get(server.url + "/metrics", timeout=30).text
+    assert 'status="405"' not in metrics
