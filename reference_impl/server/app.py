@@ -30,6 +30,7 @@ from reference_impl.server.protocol import (
     TokenizeRequest,
     count_content_parts,
     error_body,
+    validation_error_body,
 )
 from reference_impl.server.serving import BadRequest
 from reference_impl.server.serving_chat import ServingChat
@@ -188,11 +189,11 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(raw: Request, exc: RequestValidationError) -> JSONResponse:
-        return reply(raw, 400, _validation_body(exc.errors()))
+        return reply(raw, 400, validation_error_body(exc))
 
     @app.exception_handler(ValidationError)
     async def invalid_model(raw: Request, exc: ValidationError) -> JSONResponse:
-        return reply(raw, 400, _validation_body(exc.errors(include_url=False)))
+        return reply(raw, 400, validation_error_body(exc))
 
     @app.exception_handler(BadRequest)
     async def bad_request(raw: Request, exc: BadRequest) -> JSONResponse:
@@ -209,11 +210,3 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
         return reply(raw, 500, error_body(f"internal error: {exc}", type="internal_server_error",
                                           code=500))
 
-
-def _validation_body(errors) -> dict:
-    parts, param = [], None
-    for err in errors:
-        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
-        param = param or (loc[0] if loc else None)
-        parts.append(f"{'.'.join(loc) or 'body'}: {err.get('msg')}")
-    return error_body("; ".join(parts) or "invalid request", param=param)

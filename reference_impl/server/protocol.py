@@ -382,13 +382,16 @@ def error_body(message: str, *, type: str = "invalid_request_error", param: str 
     return ErrorResponse(error=ErrorInfo(message=message, type=type, param=param, code=code)).model_dump()
 
 
-def validation_error_body(exc: ValidationError) -> dict:
-    """A 400 error body for a request that failed validation; ``param`` is the first bad field."""
-    errors = exc.errors(include_url=False)
-    message = "; ".join(f"{_loc(e['loc']) or 'body'}: {e['msg']}" for e in errors)
-    param = str(errors[0]["loc"][0]) if errors and errors[0]["loc"] else None
-    return error_body(message or str(exc), param=param)
+def validation_error_body(exc) -> dict:
+    """A 400 error body for a request that failed validation (a pydantic ``ValidationError`` or
+    FastAPI's ``RequestValidationError``); ``param`` is the first bad field."""
+    errors = exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc.errors()
+    locs = [_loc(e.get("loc", ())) for e in errors]
+    message = "; ".join(f"{loc or 'body'}: {e.get('msg')}" for loc, e in zip(locs, errors, strict=True))
+    param = next((loc.split(".", 1)[0] for loc in locs if loc), None)
+    return error_body(message or "invalid request", param=param)
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc)
+    """The dotted path of an error's location; FastAPI's leading ``body`` is dropped."""
+    return ".".join(str(part) for part in loc if part != "body")
