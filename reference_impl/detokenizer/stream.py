@@ -51,7 +51,9 @@ class DetokenizeStream:
         if isinstance(matched, int) and new_ids:
             # NOTE: a matched stop token is the last id and never becomes text.
             new_ids = new_ids[:-1]
-        text = self._pending + self._decoder.feed(new_ids) + self._decoder.flush()
+        # NOTE: a character cut by max_tokens or EOS never completes: it is dropped, as it was
+        # held back mid-stream, so no text ends in U+FFFD.
+        text = self._pending + self._decoder.feed(new_ids) + self._decoder.flush().rstrip("\ufffd")
         self._pending = ""
         if isinstance(matched, str) and matched:
             cut = text.find(matched)
