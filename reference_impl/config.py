@@ -46,6 +46,7 @@ DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DISAGGREGATION_MODES = ("null", "decode")
 ATTENTION_BACKENDS = ("auto", "triton", "torch_native")
+IPC_RECV_MODES = ("yield", "no-yield")
 SIM_CONTEXT_LENGTH = 131072
 EMBEDDED_MODEL_CONTEXT_LENGTH = 8192
 
@@ -64,6 +65,7 @@ class ServerArgs:
     timeout_response_write: float = 10.0
     limit_concurrency: int | None = None
     health_check_timeout: float = 5.0
+    ipc_recv: str = "yield"
     # Request limits (400 past them; 413 for the body)
     max_request_body_bytes: int = 16 * 2**20
     max_request_header_bytes: int = 64 * 2**10
@@ -139,6 +141,7 @@ class ServerArgs:
         _check_choice("dtype", self.dtype, DTYPES)
         self._check_disaggregation()
         _check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        _check_choice("ipc_recv", self.ipc_recv, IPC_RECV_MODES)
         for hp in HOT_PATHS:
             if hp.id != "H5":
                 _check_choice(hp.field, getattr(self, hp.field), hp.choices)
@@ -255,6 +258,13 @@ _HELP = {
     "limit_concurrency": "Connections plus tasks past which uvicorn answers 503 (default: no limit).",
     "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
                             "answers 503 when it does not answer in time.",
+    "ipc_recv": "How the HTTP process receives engine steps from the detokenizer, as upstream's "
+                "two IPC regimes: 'yield' (upstream's default pickle IPC, SGLANG_USE_PICKLE_IPC "
+                "on: pyzmq's recv_pyobj resolves through a chained future, so the event loop gets "
+                "a turn per message and woken streams run once per step) or 'no-yield' "
+                "(SGLANG_USE_PICKLE_IPC=0: msgpack over recv, which does not yield while a "
+                "backlog lasts, so immediate wake-ups find several steps queued and send them "
+                "as one chunk; disconnects are seen only once the backlog is gone).",
     "max_request_body_bytes": "Largest request body in bytes (413 past it, checked before parsing).",
     "max_request_header_bytes": "Largest request head (request line plus headers) in bytes; "
                                 "431 past it (uvicorn's h11 default).",
@@ -359,6 +369,8 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             kwargs["choices"] = DISAGGREGATION_MODES
         elif f.name == "attention_backend":
             kwargs["choices"] = ATTENTION_BACKENDS
+        elif f.name == "ipc_recv":
+            kwargs["choices"] = IPC_RECV_MODES
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--all-legacy", action="store_true",
                         help="Select the legacy form of every hot path (H1-H6) at once.")

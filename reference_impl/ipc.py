@@ -15,6 +15,8 @@ already aborted.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 from typing import Any, Generic, TypeVar
 
@@ -85,7 +87,12 @@ class PullQueue(Generic[T]):
 
 
 class AsyncPullQueue(Generic[T]):
-    """``PullQueue`` for an asyncio event loop."""
+    """``PullQueue`` for an asyncio event loop, receiving as ``--ipc-recv no-yield``.
+
+    An awaited ``get`` resolves at once when a message is already queued (pyzmq receives it
+    inside ``recv``), so a receive loop does not yield while a backlog lasts. Upstream SGLang
+    with ``SGLANG_USE_PICKLE_IPC=0`` (``await socket.recv()`` + msgpack) receives this way.
+    """
 
     def __init__(self, ctx: zmq.asyncio.Context, address: str, msg_type: Any):
         self._sock = ctx.socket(zmq.PULL)
@@ -100,3 +107,45 @@ class AsyncPullQueue(Generic[T]):
 
     def close(self) -> None:
         self._sock.close()
+
+
+class ChainedAsyncPullQueue(AsyncPullQueue[T]):
+    """Receives as ``--ipc-recv yield``: upstream SGLang's default (``SGLANG_USE_PICKLE_IPC``).
+
+    pyzmq's async ``recv_pyobj`` hands the frame through a second future, resolved by a done
+    callback of the first; callbacks run on a later loop turn, so every message, even one
+    already queued, gives the event loop a turn before the receive loop sees it. This queue
+    decodes in such a callback in the same way.
+    """
+
+    def get(self) -> asyncio.Future[T]:
+        received = self._sock.recv(copy=False)
+        decoded: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        received.add_done_callback(functools.partial(self._hand_over, decoded))
+        decoded.add_done_callback(functools.partial(_cancel_pending, received))
+        return decoded
+
+    def _hand_over(self, decoded: asyncio.Future[T], received: asyncio.Future) -> None:
+        if decoded.done():  # cancelled: the message is dropped, as with pyzmq
+            return
+        if received.cancelled():
+            decoded.cancel()
+        elif received.exception() is not None:
+            decoded.set_exception(received.exception())
+        else:
+            try:
+                decoded.set_result(self._decoder.decode(received.result().buffer))
+            except Exception as exc:  # a bad message fails the awaiting receive loop
+                decoded.set_exception(exc)
+
+
+def _cancel_pending(received: asyncio.Future, decoded: asyncio.Future) -> None:
+    if decoded.cancelled() and not received.done():
+        received.cancel()
+
+
+ASYNC_PULL_QUEUES: dict[str, type[AsyncPullQueue]] = {
+    "yield": ChainedAsyncPullQueue,
+    "no-yield": AsyncPullQueue,
+}
+"""The HTTP process's inbox for each ``--ipc-recv`` regime."""

@@ -18,15 +18,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from reference_impl.config import ServerArgs
 from reference_impl.engine.base import Clock, ForwardBatch
+from reference_impl.scheduler.batch_state import BatchState
+from reference_impl.scheduler.policy import BatchPolicy
 from reference_impl.scheduler.prefill_adder import PrefillAdder
 from reference_impl.scheduler.request import Req
-
-if TYPE_CHECKING:
-    from reference_impl.scheduler.scheduler import Scheduler
 
 #: Longest sleep while nothing runs and KV is in flight, so new requests and aborts still get in.
 MAX_IDLE_WAIT_S = 0.002
@@ -88,30 +86,43 @@ class KVTransferQueue:
         return max(0.0, self._heap[0][0] - self.clock.now()) if self._heap else None
 
 
-class DecodeNode:
-    """The decode-node part of a scheduler: prealloc → transfer → prebuilt → decode."""
+class DecodePolicy(BatchPolicy):
+    """The batch policy of a decode node: prealloc → transfer → prebuilt → decode."""
 
-    def __init__(self, args: ServerArgs, clock: Clock, max_total_tokens: int):
+    def __init__(self, state: BatchState, adder: PrefillAdder, transfers: KVTransferQueue,
+                 clock: Clock):
+        super().__init__(state)
+        self.adder = adder
+        self.transfers = transfers
         self.clock = clock
-        self.transfers = KVTransferQueue(TransferModel.from_server_args(args), clock)
+
+    @classmethod
+    def from_server_args(cls, args: ServerArgs, state: BatchState, clock: Clock) -> DecodePolicy:
         # NOTE: no prefill runs here, so only slots and the KV budget bound preallocation.
-        self.adder = PrefillAdder(args.max_running_requests, max_total_tokens, max_total_tokens)
+        adder = PrefillAdder(args.max_running_requests, state.max_total_tokens,
+                             state.max_total_tokens)
+        return cls(state, adder, KVTransferQueue(TransferModel.from_server_args(args), clock), clock)
 
     @property
     def num_transferring(self) -> int:
         return len(self.transfers)
 
-    def next_batch(self, sched: Scheduler) -> ForwardBatch | None:
+    @property
+    def num_kv_transfers(self) -> int:
+        return self.transfers.num_landed
+
+    def next_batch(self) -> ForwardBatch | None:
         """A prebuilt pass for landed requests, else a decode step; None while all KV is away."""
-        self._preallocate(sched)
+        state = self.state
+        self._preallocate()
         landed = self.transfers.pop_landed()
         if landed:
-            sched.running.extend(landed)
-            sched.counts["prebuilt_steps"] += 1
+            state.running.extend(landed)
+            state.counts["prebuilt_steps"] += 1
             return ForwardBatch(is_prefill=False, reqs=landed, is_prebuilt=True)
-        if sched.running:
-            sched.counts["decode_steps"] += 1
-            return ForwardBatch(is_prefill=False, reqs=sched.running)
+        if state.running:
+            state.counts["decode_steps"] += 1
+            return ForwardBatch(is_prefill=False, reqs=state.running)
         wait = self.transfers.seconds_to_next_landing()
         if wait is not None:
             self.clock.sleep(min(wait, MAX_IDLE_WAIT_S))
@@ -121,9 +132,10 @@ class DecodeNode:
         """Drop a request whose KV is in flight; the caller frees its reservation."""
         return self.transfers.remove(rid)
 
-    def _preallocate(self, sched: Scheduler) -> None:
-        num_holding = len(sched.running) + len(self.transfers)
-        reqs = self.adder.admit(sched.waiting, num_holding, sched.num_used_tokens)
+    def _preallocate(self) -> None:
+        state = self.state
+        num_holding = len(state.running) + len(self.transfers)
+        reqs = self.adder.admit(state.waiting, num_holding, state.num_used_tokens)
+        state.reserve(reqs)
         for req in reqs:
-            sched.num_used_tokens += req.num_reserved_tokens
             self.transfers.add(req)

@@ -5,25 +5,27 @@ delayer makes one decision over all ranks' ``RankInfo`` (H5 negotiates across DP
 rank schedules its batch, the sim engines produce tokens, and the group waits out one lockstep
 step: as long as the slowest rank, and eager on every rank when any rank extends. A tiny
 back-fill prefill on one rank therefore stalls decode on all of them, the regime of upstream's
-H5 figures.
+H5 figures. Each rank schedules with an ``AggregatedPolicy`` and no delayer of its own; the
+group's prefill gate (the delayer's negotiation, or always open) is chosen once at start-up.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
+from collections.abc import Callable
 
 from reference_impl.config import ServerArgs
 from reference_impl.engine.base import Clock, ForwardBatch
 from reference_impl.engine.sim import SimEngine
 from reference_impl.messages import BatchTokenIDOutput, SchedulerStats, TokenizedGenerateReq
-from reference_impl.scheduler.scheduler import Scheduler, make_delayer
+from reference_impl.scheduler.policy import AggregatedPolicy, make_delayer
+from reference_impl.scheduler.scheduler import Scheduler
 from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import Tokenizer
 
 
 class DPGroup:
-    """The scheduler of a DP-attention server: the same surface as ``Scheduler``."""
+    """The lockstep group of a DP-attention server: the same surface as ``Scheduler``."""
 
     def __init__(self, args: ServerArgs, tokenizer: Tokenizer, storage: TokenStorage,
                  clock: Clock):
@@ -33,10 +35,13 @@ class DPGroup:
                                   seed=args.sim_seed, max_total_num_tokens=args.max_total_tokens)
                         for _ in range(args.dp_size)]
         # NOTE: ranks hold no delayer of their own: the group negotiates once for all of them
-        rank_args = dataclasses.replace(args, enable_prefill_delayer=False)
-        self.ranks = [Scheduler(rank_args, engine, tokenizer, storage, clock)
+        self.ranks = [Scheduler(args, engine, tokenizer, storage, clock,
+                                make_policy=AggregatedPolicy.from_server_args)
                       for engine in self.engines]
-        self.delayer = make_delayer(args)
+        self.policies: list[AggregatedPolicy] = [rank.policy for rank in self.ranks]
+        self.delayer = make_delayer(args) if args.enable_prefill_delayer else None
+        self._is_prefill_allowed: Callable[[], bool] = (
+            self._negotiate if self.delayer is not None else _always_allowed)
         self.profile = self.engines[0].profile
         self.counts: Counter[str] = Counter()
         self._next_rank = 0
@@ -60,8 +65,8 @@ class DPGroup:
 
     def step(self) -> BatchTokenIDOutput | None:
         """One lockstep pass over every rank; the outputs of all ranks, merged."""
-        is_allowed = self._prefill_allowed()
-        batches = [rank.schedule_batch(is_allowed) for rank in self.ranks]
+        is_allowed = self._is_prefill_allowed()
+        batches = [policy.schedule(is_allowed) for policy in self.policies]
         next_ids = [engine.run(b) if b is not None else [] for engine, b in zip(self.engines, batches, strict=True)]
         if any(b is not None for b in batches):
             self._count_step(batches)
@@ -84,10 +89,8 @@ class DPGroup:
             prefill_delayer_outcomes=dict(self.delayer.outcomes) if self.delayer else {},
         )
 
-    def _prefill_allowed(self) -> bool:
-        if self.delayer is None:
-            return True
-        return self.delayer.negotiate([rank.rank_info() for rank in self.ranks], self.clock.now())
+    def _negotiate(self) -> bool:
+        return self.delayer.negotiate([p.rank_info() for p in self.policies], self.clock.now())
 
     def _count_step(self, batches: list[ForwardBatch | None]) -> None:
         is_extend = any(b is not None and b.is_prefill for b in batches)
@@ -104,3 +107,7 @@ class DPGroup:
             if reason is not None:
                 self._rank_of.pop(rid, None)
         return merged
+
+
+def _always_allowed() -> bool:
+    return True

@@ -1,12 +1,14 @@
-"""Continuous batching: waiting queue, running batch, admission, prefill delayer (H5).
+"""Continuous batching: one pass per step, schedule → run → process the result.
 
 Transport-free: the scheduler process feeds it messages and ships its outputs; benchmarks
-drive it directly on a virtual clock.
+drive it directly on a virtual clock. How each pass's batch is picked is the batch policy's
+(``policy.py``), chosen once at start-up.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable
 
 from reference_impl.config import ServerArgs
 from reference_impl.engine.base import Clock, Engine, ForwardBatch
@@ -16,25 +18,31 @@ from reference_impl.messages import (
     SchedulerStats,
     TokenizedGenerateReq,
 )
-from reference_impl.scheduler.disaggregation import DecodeNode
-from reference_impl.scheduler.prefill_adder import PrefillAdder
-from reference_impl.scheduler.prefill_delayer import (
-    DelayerConfig,
-    PrefillDelayer,
-    RankInfo,
-    RecentPrefillBatchSizes,
-    estimated_attempt_size,
-)
+from reference_impl.scheduler.batch_state import BatchState
+from reference_impl.scheduler.disaggregation import DecodePolicy
+from reference_impl.scheduler.policy import AggregatedPolicy, BatchPolicy, DelayedPrefillPolicy
+from reference_impl.scheduler.prefill_delayer import PrefillDelayer
 from reference_impl.scheduler.request import Req, StopChecker
 from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import Tokenizer
+
+PolicyFactory = Callable[[ServerArgs, BatchState, Clock], BatchPolicy]
+
+
+def policy_factory(args: ServerArgs) -> PolicyFactory:
+    """The batch policy ``args`` ask for: PD decode node, delayed prefill (H5) or aggregated."""
+    if args.disaggregation_mode == "decode":
+        return DecodePolicy.from_server_args
+    if args.enable_prefill_delayer:
+        return DelayedPrefillPolicy.from_server_args
+    return AggregatedPolicy.from_server_args
 
 
 class Scheduler:
     """One scheduling pass per ``step()``: schedule → run → process the result."""
 
     def __init__(self, args: ServerArgs, engine: Engine, tokenizer: Tokenizer,
-                 storage: TokenStorage, clock: Clock):
+                 storage: TokenStorage, clock: Clock, make_policy: PolicyFactory | None = None):
         self.args = args
         self.engine = engine
         self.storage = storage
@@ -42,52 +50,67 @@ class Scheduler:
         self.stop_checker = StopChecker(tokenizer)
         self.max_total_tokens = min(engine.max_total_num_tokens,
                                     args.max_total_tokens or engine.max_total_num_tokens)
-        self.adder = PrefillAdder(args.max_running_requests_per_rank, args.max_prefill_tokens,
-                                  self.max_total_tokens, args.prefill_max_requests)
-        self.delayer = make_delayer(args)
-        self.decode_node = (DecodeNode(args, clock, self.max_total_tokens)
-                            if args.disaggregation_mode == "decode" else None)
-        self.waiting: deque[Req] = deque()
-        self.running: list[Req] = []
-        self.num_used_tokens = 0
-        self.recent_prefill_sizes = RecentPrefillBatchSizes()
-        self.counts: Counter[str] = Counter()
+        self.state = BatchState(self.max_total_tokens)
+        self.policy = (make_policy or policy_factory(args))(args, self.state, clock)
         self._finished_early: list[Req] = []
 
     @property
+    def waiting(self) -> deque[Req]:
+        return self.state.waiting
+
+    @property
+    def running(self) -> list[Req]:
+        return self.state.running
+
+    @property
+    def num_used_tokens(self) -> int:
+        return self.state.num_used_tokens
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self.state.counts
+
+    @property
+    def delayer(self) -> PrefillDelayer | None:
+        return self.policy.delayer
+
+    @property
     def is_idle(self) -> bool:
-        return not (self.waiting or self.running or self._finished_early or self.num_transferring)
+        state = self.state
+        return not (state.waiting or state.running or self._finished_early
+                    or self.policy.num_transferring)
 
     @property
     def num_transferring(self) -> int:
         """Requests whose KV is in flight from a prefill node (PD decode mode only)."""
-        return self.decode_node.num_transferring if self.decode_node else 0
+        return self.policy.num_transferring
 
     def add_request(self, msg: TokenizedGenerateReq) -> None:
         req = Req(msg, self.storage, self.stop_checker.tail_window(msg.sampling.stop))
-        if self.adder.fits_ever(req):
-            self.waiting.append(req)
+        if self.state.fits_ever(req):
+            self.state.waiting.append(req)
         else:
             self._finish_early(req, FinishReason("abort", "request needs more KV tokens than the cache has"))
 
     def abort(self, rid: str) -> None:
         """Drop a waiting, transferring or running request now and free its budget."""
-        if self.decode_node is not None and (req := self.decode_node.abort(rid)) is not None:
+        if (req := self.policy.abort(rid)) is not None:
             self._release(req)
             self._finish_early(req, FinishReason("abort"))
             return
-        for queue in (self.waiting, self.running):
+        state = self.state
+        for queue in (state.waiting, state.running):
             for req in queue:
                 if req.rid == rid:
                     queue.remove(req)
-                    if queue is self.running:
+                    if queue is state.running:
                         self._release(req)
                     self._finish_early(req, FinishReason("abort"))
                     return
 
     def step(self) -> BatchTokenIDOutput | None:
         """One scheduling pass; the outputs to stream, or None when there are none."""
-        batch = self._next_batch()
+        batch = self.policy.next_batch()
         if batch is None:
             return self._build_output([])
         next_ids = self.engine.forward(batch)
@@ -101,75 +124,35 @@ class Scheduler:
         return self._build_output(batch.reqs)
 
     def stats(self, request_id: int = 0) -> SchedulerStats:
+        state = self.state
         outcomes = dict(self.delayer.outcomes) if self.delayer else {}
         return SchedulerStats(
             request_id=request_id,
-            num_running_reqs=len(self.running),
-            num_waiting_reqs=len(self.waiting),
-            num_used_tokens=self.num_used_tokens,
+            num_running_reqs=len(state.running),
+            num_waiting_reqs=len(state.waiting),
+            num_used_tokens=state.num_used_tokens,
             max_total_tokens=self.max_total_tokens,
-            num_prefill_steps=self.counts["prefill_steps"],
-            num_decode_steps=self.counts["decode_steps"],
-            num_generated_tokens=self.counts["generated_tokens"],
+            num_prefill_steps=state.counts["prefill_steps"],
+            num_decode_steps=state.counts["decode_steps"],
+            num_generated_tokens=state.counts["generated_tokens"],
             prefill_delayer_outcomes=outcomes,
-            num_transferring_reqs=self.num_transferring,
-            num_kv_transfers=self.decode_node.transfers.num_landed if self.decode_node else 0,
+            num_transferring_reqs=self.policy.num_transferring,
+            num_kv_transfers=self.policy.num_kv_transfers,
         )
-
-    def _next_batch(self) -> ForwardBatch | None:
-        if self.decode_node is not None:
-            return self.decode_node.next_batch(self)
-        return self.schedule_batch(self._prefill_allowed())
-
-    def schedule_batch(self, is_prefill_allowed: bool) -> ForwardBatch | None:
-        """This pass's batch: a prefill of admitted requests if allowed and any fit, else decode."""
-        if self.waiting:
-            reqs = []
-            if is_prefill_allowed:
-                reqs = self.adder.admit(self.waiting, len(self.running), self.num_used_tokens)
-            self.recent_prefill_sizes.observe_attempt(len(reqs) or estimated_attempt_size(
-                len(self.waiting), self.adder.num_free_slots(len(self.running))))
-            if reqs:
-                self.num_used_tokens += sum(r.num_reserved_tokens for r in reqs)
-                self.running.extend(reqs)
-                self.counts["prefill_steps"] += 1
-                return ForwardBatch(is_prefill=True, reqs=reqs)
-        if self.running:
-            self.counts["decode_steps"] += 1
-            return ForwardBatch(is_prefill=False, reqs=self.running)
-        return None
-
-    @property
-    def max_prefill_bs(self) -> int:
-        return self.recent_prefill_sizes.max_prefill_bs
-
-    def rank_info(self) -> RankInfo:
-        """What this rank tells the prefill delayer this pass."""
-        return RankInfo(
-            prefillable=bool(self.waiting),
-            token_usage=self.num_used_tokens / self.max_total_tokens,
-            running_batch=len(self.running),
-            max_prefill_bs=self.max_prefill_bs,
-            waiting_queue_len=len(self.waiting),
-        )
-
-    def _prefill_allowed(self) -> bool:
-        if self.delayer is None:
-            return True
-        return self.delayer.should_allow(self.rank_info(), self.clock.now())
 
     def _process_result(self, batch: ForwardBatch, next_ids: list[int]) -> None:
         check = self.stop_checker.check
         for req, token_id in zip(batch.reqs, next_ids, strict=True):
             req.output_ids.append(token_id)
             req.finish_reason = check(req, token_id)
-        self.counts["generated_tokens"] += len(next_ids)
+        state = self.state
+        state.counts["generated_tokens"] += len(next_ids)
         if any(r.finished for r in batch.reqs):
             for req in batch.reqs:
                 if req.finished:
                     req.fill_ids = self.storage.concat(req.origin_input_ids, req.output_ids)
                     self._release(req)
-            self.running = [r for r in self.running if not r.finished]
+            state.running = [r for r in state.running if not r.finished]
 
     def _build_output(self, reqs) -> BatchTokenIDOutput | None:
         interval = self.args.stream_interval
@@ -190,16 +173,10 @@ class Scheduler:
         return out if out.rids else None
 
     def _release(self, req: Req) -> None:
-        self.num_used_tokens -= req.num_reserved_tokens
+        self.state.free(req)
         self.engine.release(req)
 
     def _finish_early(self, req: Req, reason: FinishReason) -> None:
         req.finish_reason = reason
         self._finished_early.append(req)
 
-
-def make_delayer(args: ServerArgs) -> PrefillDelayer | None:
-    """The prefill delayer ``args`` ask for (H5), or None."""
-    if not args.enable_prefill_delayer:
-        return None
-    return PrefillDelayer(DelayerConfig.from_server_args(args))

@@ -32,8 +32,8 @@ def run(args: ServerArgs, ready: Callable[[], None]) -> None:
 
 async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
     tokenizer = get_tokenizer(args.tokenizer_path)
-    inbox = ipc.AsyncPullQueue(zmq.asyncio.Context(),
-                               ipc.endpoint(args.ipc_dir, ipc.TOKENIZER_MANAGER_IN), ToTokenizerManager)
+    inbox = ipc.ASYNC_PULL_QUEUES[args.ipc_recv](
+        zmq.asyncio.Context(), ipc.endpoint(args.ipc_dir, ipc.TOKENIZER_MANAGER_IN), ToTokenizerManager)
     to_scheduler = ipc.PushQueue(zmq.Context(), ipc.endpoint(args.ipc_dir, ipc.SCHEDULER_IN))
     metrics = ServerMetrics()
     tm = TokenizerManager(args, to_scheduler.put, metrics)
@@ -61,18 +61,18 @@ async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
 
 
 async def receive_loop(tm: TokenizerManager, inbox: ipc.AsyncPullQueue) -> None:
-    """Hand each message from the detokenizer to the tokenizer manager, forever."""
-    # NOTE: awaiting a zmq recv that is already ready does not yield (pyzmq resolves the future
-    # at once), so while the inbox has a backlog this loop, like upstream's handle_loop, held
-    # the event loop: disconnects were seen 20-30 s late on a busy machine. One yield per engine
-    # step (past upstream) keeps socket events flowing.
+    """Hand each message from the detokenizer to the tokenizer manager, forever.
+
+    Whether the event loop gets a turn between queued messages is the inbox's (``--ipc-recv``):
+    with 'yield' (upstream's default) it does once per message, so disconnects and woken
+    streams run once per engine step; with 'no-yield' a backlog is drained in one go.
+    """
     while True:
         msg = await inbox.get()
         if isinstance(msg, BatchStrOutput):
             await tm.handle_batch(msg)
         else:
             tm.handle_stats(msg)
-        await asyncio.sleep(0)
 
 
 def _exit_if_failed(task: asyncio.Task) -> None:

@@ -131,11 +131,11 @@ def test_max_prefill_bs_is_a_window_of_recent_attempts():
     for i in range(40):
         scheduler.add_request(_req(i, max_new=200, ignore_eos=True))
     scheduler.step()
-    assert scheduler.max_prefill_bs == 40
+    assert scheduler.policy.max_prefill_bs == 40
     for _ in range(30):  # decode-only passes do not age the window
         scheduler.step()
-    assert scheduler.max_prefill_bs == 40
+    assert scheduler.policy.max_prefill_bs == 40
     for i in range(16):
         scheduler.add_request(_req(100 + i, max_new=200, ignore_eos=True))
         scheduler.step()
-    assert scheduler.max_prefill_bs == 1
+    assert scheduler.policy.max_prefill_bs == 1

@@ -1,0 +1,59 @@
+"""No scheduler module imports a module that imports it back (``TYPE_CHECKING`` included)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import reference_impl.scheduler
+
+PACKAGE = "reference_impl.scheduler"
+
+
+def _modules() -> dict[str, Path]:
+    folder = Path(reference_impl.scheduler.__file__).parent
+    return {f"{PACKAGE}.{path.stem}": path for path in folder.glob("*.py") if path.stem != "__init__"}
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module name an ``import`` anywhere in the file names, and each ``from x import y``
+    as both ``x`` and ``x.y``."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: (_imported_names(path) & modules.keys()) - {name}
+            for name, path in modules.items()}
+
+
+def _cycle_through(start: str, graph: dict[str, set[str]]) -> list[str] | None:
+    stack, seen = [[start]], {start}
+    while stack:
+        path = stack.pop()
+        for dep in graph[path[-1]]:
+            if dep == start:
+                return [*path, dep]
+            if dep not in seen:
+                seen.add(dep)
+                stack.append([*path, dep])
+    return None
+
+
+def test_the_graph_sees_every_module_and_a_known_edge():
+    graph = _import_graph()
+    assert {f"{PACKAGE}.scheduler", f"{PACKAGE}.policy", f"{PACKAGE}.dp_group"} <= graph.keys()
+    assert f"{PACKAGE}.policy" in graph[f"{PACKAGE}.scheduler"]
+
+
+def test_no_import_cycle_in_the_scheduler_package():
+    graph = _import_graph()
+    cycles = [" -> ".join(c) for name in sorted(graph) if (c := _cycle_through(name, graph))]
+    assert not cycles, cycles
