@@ -49,7 +49,7 @@ def _parse(argv: list[str] | None):
 def _engine(ns, num_tokens: int):
     from reference_impl.config import ServerArgs
     from reference_impl.engine.torch_engine import TorchEngine
-    from reference_impl.scheduler.token_storage import get_token_storage
+    from reference_impl.hot_paths import HOT_PATHS
     from reference_impl.tokenizer import ByteLevelTokenizer
 
     args = ServerArgs(engine="torch", device=ns.device, dtype=ns.dtype, model_path=ns.model_path,
@@ -57,7 +57,7 @@ def _engine(ns, num_tokens: int):
                       cuda_graph_max_bs=ns.cuda_graph_max_bs, context_length=ns.context_length,
                       chunked_prefill_size=ns.chunked_prefill_size,
                       max_running_requests=max(ns.max_batch, 1))
-    storage = get_token_storage("array")
+    storage = HOT_PATHS["H4"].create("array")
     return TorchEngine(args, ByteLevelTokenizer(), storage), storage
 
 

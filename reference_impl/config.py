@@ -1,7 +1,7 @@
 """Server configuration: one frozen dataclass, validated once; argparse only at the edge.
 
-Every hot path (H1-H6, see ``HOT_PATHS``) is a field here whose value picks its legacy or
-optimized form once at start-up.
+Every hot path (H1-H6, registered in ``reference_impl.hot_paths``) is a field here whose value
+picks its legacy or optimized form once at start-up.
 """
 
 from __future__ import annotations
@@ -11,34 +11,9 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-
-class HotPath(NamedTuple):
-    """One hot path: the config field that selects it and its two forms."""
-
-    id: str
-    field: str
-    legacy: Any
-    optimized: Any
-    upstream: str
-    variants: tuple = ()
-    """Further accepted values (e.g. upstream's exact form where the optimized one goes past it)."""
-
-    @property
-    def choices(self) -> tuple:
-        return (self.legacy, self.optimized, *self.variants)
-
-
-HOT_PATHS: tuple[HotPath, ...] = (
-    HotPath("H1", "wakeup", "immediate", "batched", "sglang#22658 batch notify"),
-    HotPath("H2", "sse_encoder", "pydantic", "msgspec", "sglang#22658 SSE fast path"),
-    HotPath("H3", "stream_output", "copy", "reference", "sglang#22567 no O(n^2) copy",
-            variants=("reference-full",)),
-    HotPath("H4", "token_storage", "list", "array", "sglang#25098 array('q') token ids"),
-    HotPath("H5", "prefill_delayer_queue_min_ratio", None, "(set)", "sglang#23189 queue trigger"),
-    HotPath("H6", "stream_delta", "concat", "offset", "sglang#22606 integer offsets"),
-)
+from reference_impl.hot_paths import HOT_PATHS
 
 ENGINES = ("sim", "torch")
 SIM_TIMES = ("real", "virtual")
@@ -142,9 +117,8 @@ class ServerArgs:
         self._check_disaggregation()
         _check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         _check_choice("ipc_recv", self.ipc_recv, IPC_RECV_MODES)
-        for hp in HOT_PATHS:
-            if hp.id != "H5":
-                _check_choice(hp.field, getattr(self, hp.field), hp.choices)
+        for hp in HOT_PATHS.values():
+            hp.form_of(getattr(self, hp.field))
         _check_positive("port", self.port, allow_zero=True)
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
@@ -217,19 +191,18 @@ class ServerArgs:
         return 5000.0 if self.prefill_delayer_max_delay_ms is None else self.prefill_delayer_max_delay_ms
 
     def hot_path_forms(self) -> dict[str, str]:
-        """``{"H1": "optimized", ...}``: which form each hot path runs in (a variant by its value)."""
+        """``{"H1": "optimized", ...}``: which form each hot path runs in (a variant by its name)."""
         forms = {}
-        for hp in HOT_PATHS:
-            value = getattr(self, hp.field)
-            is_legacy = value is None if hp.id == "H5" else value == hp.legacy
-            forms[hp.id] = "legacy" if is_legacy else value if value in hp.variants else "optimized"
+        for hp in HOT_PATHS.values():
+            form = hp.form_of(getattr(self, hp.field))
+            forms[hp.id] = {hp.legacy: "legacy", hp.optimized: "optimized"}.get(form, form)
         if not self.enable_prefill_delayer:
             forms["H5"] = "off (no --enable-prefill-delayer)"
         return forms
 
     def all_legacy(self) -> ServerArgs:
         """A copy with every hot path in its legacy form."""
-        return dataclasses.replace(self, **{hp.field: hp.legacy for hp in HOT_PATHS})
+        return dataclasses.replace(self, **{hp.field: hp.value(hp.legacy) for hp in HOT_PATHS.values()})
 
 
 def _check_choice(name: str, value: Any, choices: tuple) -> None:
@@ -354,7 +327,7 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             parser.add_argument(flag, action="store_true", help=_HELP.get(f.name))
             continue
         kwargs: dict[str, Any] = {"default": f.default, "help": _HELP.get(f.name), "type": _parse_type(f.type)}
-        hp = next((h for h in HOT_PATHS if h.field == f.name and h.id != "H5"), None)
+        hp = next((h for h in HOT_PATHS.values() if h.field == f.name and h.id != "H5"), None)
         if hp is not None:
             kwargs["choices"] = hp.choices
         elif f.name == "engine":

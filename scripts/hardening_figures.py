@@ -19,25 +19,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from harness import Load, run_loadgen
+from harness.probes import reset, slow_client, wait_settled
+from harness.prometheus import parse, scrape
+from loadgen import testserver
+from reference_impl.subprocess_server import ServerProcess, cpu_seconds, free_port
 
-from loadgen import testserver  # noqa: E402
-from reference_impl.subprocess_server import ServerProcess, cpu_seconds, free_port  # noqa: E402
-from tests.reference_impl.test_vanished_clients import (  # noqa: E402
-    CONFIGS,
-    HOLD_S,
-    NUM_CLIENTS,
-    metric,
-    reset,
-    slow_client,
-    wait_settled,
-)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODEL = "reference-sim"
+NUM_CLIENTS = 20
+HOLD_S = 8.0
+VANISHED_CONFIGS = {"batched": [], "immediate": ["--wakeup", "immediate"],
+                    "incremental": ["--incremental-streaming-output"]}
 CHAT = [{"role": "user", "content": "hi"}]
 SMALL = ["--random-input-len", "8", "--random-output-len", "6", "--random-range-ratio", "1.0"]
 
@@ -50,10 +48,10 @@ def rss_mb(pid: int, key: str = "VmRSS") -> float:
 
 def vanished_clients() -> None:
     """Item 1: slow streams reset by their clients; time to settle, HTTP CPU after, a fresh request."""
-    for config, flags in CONFIGS.items():
+    for config, flags in VANISHED_CONFIGS.items():
         with ServerProcess("--sim-profile", "zero", *flags) as srv:
             pid = srv.child_pids()["http"]
-            socks = [slow_client(srv.port) for _ in range(NUM_CLIENTS)]
+            socks = [slow_client(srv.port, MODEL) for _ in range(NUM_CLIENTS)]
             for sock in socks:
                 sock.recv(500)
             time.sleep(HOLD_S)
@@ -100,7 +98,7 @@ def bad_requests(srv: ServerProcess) -> None:
             "model": MODEL, "messages": CHAT, "max_tokens": 4, field: 2**70, "stream": stream}).status_code
             for stream in (False, True)]
         print(f"3 {field}=2**70: non-streamed {codes[0]}, streamed {codes[1]}")
-    tracked = metric(httpx.get(url + "/metrics").text, "num_tracked_reqs")
+    tracked = scrape(url).value("reference:num_tracked_reqs")
     print(f"3 request states left behind: {tracked:.0f}")
     http = srv.child_pids()["http"]
     big = b'{"model":"%s","prompt":"%s","max_tokens":4}' % (MODEL.encode(), b"a" * (50 << 20))
@@ -111,8 +109,8 @@ def bad_requests(srv: ServerProcess) -> None:
     r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": ["a"] * 65, "max_tokens": 4}, timeout=30)
     print(f"4 65 prompts in one request: {r.status_code}")
     httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": []}, timeout=30)
-    text = httpx.get(url + "/metrics").text
-    chat, completions = (metric(text, "num_requests_total", f'{{endpoint="{e}",status="400"}}')
+    metrics = scrape(url)
+    chat, completions = (metrics.value("reference:num_requests_total", endpoint=e, status="400")
                          for e in ("chat", "completions"))
     print(f"5 400s by endpoint: chat {chat:.0f} (the four above and one with no messages), completions "
           f"{completions:.0f} (the 65 prompts)")
@@ -123,8 +121,9 @@ def bad_requests(srv: ServerProcess) -> None:
     time.sleep(0.05)
     sock.close()
     time.sleep(1.5)
-    text = httpx.get(url + "/metrics").text
-    gone = {s: metric(text, "num_requests_total", f'{{endpoint="completions",status="{s}"}}') for s in ("499", "500")}
+    metrics = scrape(url)
+    gone = {s: metrics.value("reference:num_requests_total", endpoint="completions", status=s)
+            for s in ("499", "500")}
     print(f"5 non-streamed request, client gone: 499 x {gone['499']:.0f}, 500 x {gone['500']:.0f}", flush=True)
 
 
@@ -153,7 +152,7 @@ def idle_sockets_and_hung_scheduler() -> None:
             t2 = time.perf_counter()
         finally:
             os.kill(scheduler, signal.SIGCONT)
-        up = metric(metrics.text, "scheduler_up")
+        up = parse(metrics.text).value("reference:scheduler_up")
         print(f"5 scheduler stopped: /health {health} in {t1 - t0:.1f} s, /metrics {metrics.status_code} in "
               f"{t2 - t1:.1f} s with scheduler_up {up:.0f}; after SIGCONT /health "
               f"{httpx.get(srv.url + '/health', timeout=30).status_code}", flush=True)
@@ -215,11 +214,10 @@ def loadgen_figures() -> None:
         lines = p.stderr.strip().splitlines()
         print(f"11 {label}: exit {p.returncode}, {len(lines)} stderr line(s), traceback {'Traceback' in p.stderr}: "
               f"{lines[-1][:110] if lines else ''}", flush=True)
-    with ServerProcess("--sim-profile", "zero") as srv:
+    with ServerProcess("--sim-profile", "zero") as srv, tempfile.TemporaryDirectory() as tmp:
         for backend in ("openai-completions", "openai-chat"):
-            _, d, _ = loadgen("--base-url", srv.url, "--backend", backend, "--num-prompts", "32", "--concurrency", "32",
-                              "--random-input-len", "128", "--random-output-len", "16", "--random-range-ratio", "1.0",
-                              "--ignore-eos")
+            d = run_loadgen(srv.url, Load(32, 32, 128, 16), Path(tmp) / f"{backend}.json",
+                            flags=("--backend", backend))
             print(f"12 {backend}, 128 tokens asked: lengths via {d['dataset'].get('input_lengths')!r}, server counted "
                   f"{d['total_input_tokens'] / d['completed']:.1f} prompt tokens per request", flush=True)
 

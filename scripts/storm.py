@@ -1,17 +1,20 @@
 """The main job: a streaming-chat storm against the reference server, legacy vs optimized forms.
 
-Starts the server in each form on 127.0.0.1 (sim engine, embedded tokenizer: no download, no
-GPU), pins it (HTTP process on its own core, everything else with the client on the other),
-drives it with ``loadgen`` (live progress), stops it, and prints the runs side by side with units,
-ratios, the HTTP process's CPU time and whether the client kept up.
+Runs each form through the experiment harness (``harness.run_under_load``): the server on
+127.0.0.1 (sim engine, embedded tokenizer: no download, no GPU), pinned (HTTP process on its own
+core, everything else with the client on the other), driven by ``loadgen``, then stopped. Prints
+the runs side by side with units, ratios, the HTTP process's CPU time, output tokens per SSE
+chunk and whether the client kept up.
 
     python scripts/storm.py --concurrency 2048
-    python scripts/storm.py --regime h100-llama-8b --forms all-legacy all-optimized h1-legacy-only
+    python scripts/storm.py --ipc-recv yield no-yield --forms all-legacy all-optimized H1-legacy-only
 
 Regimes: ``pd-decode`` (default) is upstream's H1+H2 setting, a PD-disaggregated decode node whose
 model step (``pd-decode-fast``, 24 ms at 2048 sequences) is short enough that the HTTP process
 limits throughput in every form; ``pd-decode-h100`` models the decode node as one H100 serving an
 8B model (70 ms a step); ``h100-llama-8b`` is one H100 doing prefill and decode for an 8B model.
+IPC receive paths (``--ipc-recv``): ``yield`` is upstream's default (pickle IPC), ``no-yield``
+upstream with ``SGLANG_USE_PICKLE_IPC=0``; they give H1 opposite results (see README).
 """
 
 from __future__ import annotations
@@ -19,39 +22,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from harness import Load, RunError, RunResult, by_name, provenance, run_under_load
+from harness.forms import FORM_NAMES, IPC_RECV, REGIMES, STORM_FORMS
 from reference_impl.placement import PLACEMENT_HELP, Placement, describe
-from reference_impl.subprocess_server import ServerProcess, cpu_seconds
 
-REGIMES = {
-    "pd-decode": ["--disaggregation-mode", "decode", "--sim-profile", "pd-decode-fast"],
-    "pd-decode-h100": ["--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100"],
-    "h100-llama-8b": ["--sim-profile", "h100-llama-8b"],
-}
-FORMS = {
-    "all-legacy": ["--all-legacy"],
-    "all-optimized": [],
-    "h1-legacy-only": ["--wakeup", "immediate"],
-    "h2-legacy-only": ["--sse-encoder", "pydantic"],
-}
-# (summary key, label, unit, format)
+# (label, unit, format, value of a RunResult)
 ROWS = (
-    ("completed", "requests completed", "", "{:.0f}"),
-    ("failed", "requests failed", "", "{:.0f}"),
-    ("duration", "duration", "s", "{:.1f}"),
-    ("input_tokens_per_prompt", "input tokens per prompt (server count)", "", "{:,.0f}"),
-    ("output_throughput", "output throughput", "tok/s", "{:,.0f}"),
-    ("median_ttft_ms", "median TTFT", "ms", "{:,.1f}"),
-    ("p99_ttft_ms", "p99 TTFT", "ms", "{:,.1f}"),
-    ("mean_tpot_ms", "mean TPOT", "ms", "{:,.1f}"),
-    ("mean_itl_ms", "mean ITL", "ms", "{:,.1f}"),
-    ("p99_itl_ms", "p99 ITL", "ms", "{:,.1f}"),
-    ("http_cpu_s", "HTTP process CPU", "s", "{:.1f}"),
-    ("http_cpu_us_per_token", "HTTP CPU per output token", "µs", "{:.1f}"),
+    ("requests completed", "", "{:.0f}", lambda r: r.loadgen.get("completed")),
+    ("requests failed", "", "{:.0f}", lambda r: r.loadgen.get("failed")),
+    ("duration", "s", "{:.1f}", lambda r: r.loadgen.get("duration")),
+    ("input tokens per prompt (server count)", "", "{:,.0f}",
+     lambda r: (r.loadgen.get("total_input_tokens") or 0) / max(1, r.loadgen.get("completed") or 0)),
+    ("output throughput", "tok/s", "{:,.0f}", lambda r: r.loadgen.get("output_throughput")),
+    ("median TTFT", "ms", "{:,.1f}", lambda r: r.loadgen.get("median_ttft_ms")),
+    ("p99 TTFT", "ms", "{:,.1f}", lambda r: r.loadgen.get("p99_ttft_ms")),
+    ("mean TPOT", "ms", "{:,.1f}", lambda r: r.loadgen.get("mean_tpot_ms")),
+    ("mean ITL", "ms", "{:,.1f}", lambda r: r.loadgen.get("mean_itl_ms")),
+    ("p99 ITL", "ms", "{:,.1f}", lambda r: r.loadgen.get("p99_itl_ms")),
+    ("output tokens per SSE chunk", "", "{:.2f}", lambda r: r.tokens_per_chunk),
+    ("HTTP process CPU", "s", "{:.1f}", lambda r: r.cpu_s["http"]),
+    ("HTTP CPU per output token", "µs", "{:.1f}", lambda r: r.http_cpu_us_per_token),
 )
 
 
@@ -62,118 +55,94 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--regime", choices=list(REGIMES), default="pd-decode")
-    parser.add_argument("--forms", nargs="+", choices=list(FORMS), default=["all-legacy", "all-optimized"],
-                        help="server forms to run, in order; ratios are to the first")
+    parser.add_argument("--forms", nargs="+", choices=FORM_NAMES, default=["all-legacy", "all-optimized"],
+                        help=f"server forms to run, in order; ratios are to the first (the report's "
+                             f"storm runs {', '.join(STORM_FORMS)})")
+    parser.add_argument("--ipc-recv", nargs="+", choices=IPC_RECV, default=["yield"],
+                        help="HTTP receive path(s); every form runs under each")
     parser.add_argument("--placement", default="pinned", help=PLACEMENT_HELP)
-    parser.add_argument("--workers", default=None,
-                        help="loadgen worker processes (default: one per client CPU)")
-    parser.add_argument("--out-dir", default="results/storm")
+    parser.add_argument("--out-dir", type=Path, default=Path("results/storm"))
     parser.add_argument("--server-flag", action="append", default=[],
                         help="extra flag for every server, e.g. --server-flag=--sim-profile=zero")
     args = parser.parse_args(argv)
     try:
+        args.load = Load(args.concurrency, args.num_prompts or args.concurrency, args.input_len,
+                         args.output_len)
         args.placement = Placement.parse(args.placement) if len(os.sched_getaffinity(0)) > 1 \
             or args.placement != "pinned" else None
     except ValueError as error:
-        parser.error(f"--placement: {error}")
-    if args.workers is None:
-        args.workers = str(args.placement.num_client_cpus if args.placement else 2)
+        parser.error(str(error))
+    if args.out_dir.exists() and (not args.out_dir.is_dir() or
+                                  (any(args.out_dir.iterdir()) and not (args.out_dir / "summary.json").exists())):
+        parser.error(f"--out-dir {args.out_dir}: not a directory of earlier storm results")
     return args
-
-
-def loadgen_cmd(args: argparse.Namespace, url: str, result: Path) -> list[str]:
-    return [sys.executable, "-m", "loadgen", "--base-url", url,
-            "--concurrency", str(args.concurrency),
-            "--num-prompts", str(args.num_prompts or args.concurrency),
-            "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-            "--random-range-ratio", "1.0", "--ignore-eos", "--workers", args.workers,
-            "--no-server-tokenize", "--output", str(result)]
-    # NOTE: --no-server-tokenize keeps loadgen's /tokenize calls out of the HTTP CPU window; the
-    # server-counted input length is printed in the summary.
-
-
-def run_form(name: str, args: argparse.Namespace, out_dir: Path) -> dict:
-    """One server start, one loadgen run; loadgen's result plus the HTTP process's CPU time."""
-    result = out_dir / f"{name}.json"
-    flags = [*REGIMES[args.regime], *FORMS[name], *args.server_flag]
-    print(f"\n== {name}: server flags {' '.join(flags) or '(defaults)'}", flush=True)
-    with ServerProcess(*flags, log_path=str(out_dir / f"{name}.server.log"),
-                       placement=args.placement) as srv:
-        srv.warm_up()
-        srv.pin()
-        preexec = args.placement.client_preexec() if args.placement else None
-        http_pid = srv.child_pids()["http"]
-        cpu_before, started = cpu_seconds(http_pid), time.monotonic()
-        subprocess.run(loadgen_cmd(args, srv.url, result), check=True, preexec_fn=preexec)
-        http_cpu_s = cpu_seconds(http_pid) - cpu_before
-        print(f"   {time.monotonic() - started:.0f} s; results in {result}", flush=True)
-    data = json.loads(result.read_text())
-    data["http_cpu_s"] = http_cpu_s
-    tokens = data.get("total_output_tokens") or 0
-    data["http_cpu_us_per_token"] = http_cpu_s * 1e6 / tokens if tokens else None
-    data["input_tokens_per_prompt"] = (data.get("total_input_tokens") or 0) / max(1, data.get("completed") or 0)
-    return data
 
 
 def _cell(value, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def print_summary(names: list[str], runs: list[dict]) -> None:
+def print_summary(runs: list[RunResult]) -> None:
     """The runs side by side, each value with its ratio to the first run."""
-    header = ["metric", "unit", *names]
+    header = ["metric", "unit", *(r.form.name for r in runs)]
     rows = []
-    for key, label, unit, fmt in ROWS:
-        base = runs[0].get(key)
-        cells = []
-        for k, run in enumerate(runs):
-            value = run.get(key)
-            ratio = f" ({value / base:.2f}x)" if k and isinstance(value, int | float) and base else ""
-            cells.append(_cell(value, fmt) + ratio)
+    for label, unit, fmt, get in ROWS:
+        values = [get(r) for r in runs]
+        cells = [_cell(v, fmt) + (f" ({v / values[0]:.2f}x)" if k and v is not None and values[0] else "")
+                 for k, v in enumerate(values)]
         rows.append([label, unit, *cells])
-    rows.append(["client-bound", "", *[("YES" if r.get("client_bound") else "no") for r in runs]])
+    rows.append(["client-bound", "", *[("YES" if r.loadgen.get("client_bound") else "no") for r in runs]])
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in
                         enumerate(zip(row, widths, strict=True))))
 
 
-def headline_verdict(names: list[str], runs: list[dict]) -> list[str]:
+def headline_verdict(runs: list[RunResult]) -> list[str]:
     """Lines saying whether the figures can be a headline: no run may be client-bound or failing."""
     lines = []
-    for name, run in zip(names, runs, strict=True):
-        reasons = run.get("summary", {}).get("client_health", {}).get("client_bound_reasons") or []
-        if run.get("client_bound"):
-            lines.append(f"{name}: client-bound ({'; '.join(reasons)}): loadgen could not keep up, so "
-                         "its latencies include client delay and its throughput may be the client's")
-        if run.get("failed"):
-            lines.append(f"{name}: {run['failed']} requests failed")
+    for run in runs:
+        reasons = run.loadgen.get("summary", {}).get("client_health", {}).get("client_bound_reasons") or []
+        if run.loadgen.get("client_bound"):
+            lines.append(f"{run.form.name}: client-bound ({'; '.join(reasons)}): loadgen could not keep "
+                         "up, so its latencies include client delay and its throughput may be the client's")
+        if run.loadgen.get("failed"):
+            lines.append(f"{run.form.name}: {run.loadgen['failed']} requests failed")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     print(f"storm: {args.concurrency} streams, {args.input_len} in / {args.output_len} out tokens, "
-          f"regime {args.regime}; {describe(args.placement)}; loadgen --workers {args.workers}",
+          f"regime {args.regime}, IPC receive {' and '.join(args.ipc_recv)}; {describe(args.placement)}",
           flush=True)
-    runs = [run_form(name, args, out_dir) for name in args.forms]
-    print(f"\nstorm summary (ratios to {args.forms[0]}):")
-    print_summary(args.forms, runs)
-    problems = headline_verdict(args.forms, runs)
+    forms = [by_name(name).under(recv) for recv in args.ipc_recv for name in args.forms]
+    runs = []
+    for form in forms:
+        flags = (*REGIMES[args.regime], *form.flags, *args.server_flag)
+        print(f"\n== {form.name}: server flags {' '.join(flags)}", flush=True)
+        try:
+            runs.append(run_under_load(form, args.load, args.out_dir, placement=args.placement,
+                                       server_flags=(*REGIMES[args.regime], *args.server_flag),
+                                       quiet=False))
+        except RunError as error:
+            print(f"storm: {error}", file=sys.stderr)
+            return 1
+    print(f"\nstorm summary (ratios to {forms[0].name}):")
+    print_summary(runs)
+    problems = headline_verdict(runs)
     for line in problems:
         print(f"NOT a headline figure: {line}")
     if not problems:
         print("headline: no run was client-bound and no request failed")
-    summary = {"regime": args.regime, "placement": describe(args.placement), "workers": args.workers,
+    summary = {"regime": args.regime, "placement": describe(args.placement),
+               "provenance": provenance.record((provenance.TORCH_ENGINE,)),
                "concurrency": args.concurrency, "input_len": args.input_len,
                "output_len": args.output_len, "headline_ok": not problems, "problems": problems,
-               "runs": {name: {key: run.get(key) for key, *_ in ROWS} | {"client_bound": run.get("client_bound")}
-                        for name, run in zip(args.forms, runs, strict=True)}}
-    summary_path = out_dir / "summary.json"
-    summary_path.write_text(json.dumps(summary, indent=2))
-    print(f"\nresults: {out_dir}/<form>.json (loadgen), <form>.server.log, summary.json")
+               "runs": {r.form.name: {label: get(r) for label, _, _, get in ROWS}
+                        | {"client_bound": r.loadgen.get("client_bound")} for r in runs}}
+    (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\nresults: {args.out_dir}/<form>.json (loadgen), <form>.server.log, summary.json")
     return 0
 
 

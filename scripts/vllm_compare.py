@@ -30,6 +30,11 @@ import tempfile
 import threading
 import time
 import urllib.request
+from pathlib import Path
+
+import harness
+from harness import Load, RunError
+from harness.prometheus import scrape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "..", "shared", "peers", "vllm-cpu", "recipe.sh")
@@ -102,13 +107,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 def server_counters(port: int) -> dict[str, float]:
     """The summed values of SERVER_COUNTERS from vLLM's /metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out = dict.fromkeys(SERVER_COUNTERS, 0.0)
-    for line in text.splitlines():
-        m = re.match(r"([a-z_:]+)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
-        if m and m.group(1) in out:
-            out[m.group(1)] += float(m.group(3))
-    return out
+    metrics = scrape(f"http://127.0.0.1:{port}", timeout=10)
+    return {name: metrics.total(name) for name in SERVER_COUNTERS}
 
 
 def server_view(before: dict, after: dict, duration_s: float) -> dict:
@@ -151,24 +151,25 @@ def run_loadgen(a, port: int, prompts: str, conc: int, num: int, out: str, clien
 
     A plain client sends the same prompts as vLLM; a `:vllm-flags` client builds its own random
     prompts from the flags a vLLM user would copy (what a user moving from `vllm bench serve` gets)."""
-    # NOTE: `python -m` puts the working directory first on sys.path, so an older tree must be
-    # the working directory (PYTHONPATH alone ran this checkout's loadgen).
+    # NOTE: `python -m` puts the working directory first on sys.path, so an older tree's loadgen
+    # runs from that tree as the working directory.
     cwd = tree or ROOT
-    env = {**os.environ, "PYTHONPATH": cwd}
     if client.endswith(VLLM_FLAGS):
-        data = ["--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len), "--seed", "0"]
-        data += ["--flags-from", "vllm"] if _loadgen_has(cwd, "--flags-from") else []
+        data = ("--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len))
+        data += ("--flags-from", "vllm") if _loadgen_has(cwd, "--flags-from") else ()
     elif _loadgen_has(cwd, "custom"):
-        data = ["--dataset", "custom", "--dataset-path", prompts, "--custom-output-len", str(a.output_len),
-                "--disable-shuffle"]
+        data = ("--dataset", "custom", "--dataset-path", prompts, "--custom-output-len", str(a.output_len),
+                "--disable-shuffle")
     else:  # an older loadgen has no custom dataset: the same prompts as ShareGPT
-        data = ["--dataset", "sharegpt", "--dataset-path", prompts.replace(".jsonl", ".sharegpt.json"),
-                "--sharegpt-output-len", str(a.output_len)]
-    cmd = ["taskset", "-c", str(a.client_cpu), sys.executable, "-m", "loadgen", "--base-url",
-           f"http://127.0.0.1:{port}", "--model", f"{a.peer_dir}/tiny", "--tokenizer", f"{a.peer_dir}/tiny/tokenizer.json",
-           *data, "--num-prompts", str(num), "--concurrency", str(conc), "--ignore-eos", "--quiet", "--output", out]
-    _run_logged(cmd, out + ".log", env, cwd)
-    r = json.load(open(out))
+        data = ("--dataset", "sharegpt", "--dataset-path", prompts.replace(".jsonl", ".sharegpt.json"),
+                "--sharegpt-output-len", str(a.output_len))
+    load = Load(conc, num, a.input_len, a.output_len, seed=0, dataset=data,
+                extra=("--model", f"{a.peer_dir}/tiny", "--tokenizer", f"{a.peer_dir}/tiny/tokenizer.json"))
+    try:
+        r = harness.run_loadgen(f"http://127.0.0.1:{port}", load, Path(out), cwd=cwd,
+                        preexec_fn=lambda: os.sched_setaffinity(0, {a.client_cpu}))
+    except RunError as error:
+        raise SystemExit(f"loadgen ({client}): {error}") from None
     return {**r, **{k: r["summary"].get(k) for k in METRICS if r.get(k) is None}}
 
 

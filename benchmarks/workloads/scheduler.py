@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from benchmarks.common import SEED, history_safe, set_single_thread
-from benchmarks.workloads.args import form_args
+from benchmarks.workloads.args import create_form, form_args
 
 H4_STAGES = ("ingest", "decode_append", "fill_rebuild", "batch_tensor", "finish", "lifecycle")
 H4_NUM_REQS = 2
@@ -33,9 +33,8 @@ class TokenLifecycle:
         with history_safe():
             from reference_impl.messages import SamplingParams, TokenizedGenerateReq
             from reference_impl.scheduler.request import Req
-            from reference_impl.scheduler.token_storage import get_token_storage
 
-            self.storage = get_token_storage(args.token_storage)
+            self.storage = create_form("H4", args.token_storage)
             self._Req = Req
         set_single_thread()
         rng = random.Random(seed)

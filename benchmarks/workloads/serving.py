@@ -11,6 +11,7 @@ import asyncio
 import random
 
 from benchmarks.common import SEED, history_safe
+from benchmarks.workloads.args import create_form
 
 _PIECES = (" the", " token", " stream", " server", " batch", " café", " naïve", " Zürich",
            " 日本語", " 数据", " Привет", " Ελλάδα", " 🙂", " 🚀", " →", ",", ".", "")
@@ -116,10 +117,7 @@ class ChunkEncoding:
     """H2: encode one chat chunk of the given kind ("first", "content", "finish")."""
 
     def __init__(self, args, kind: str, seed: int = SEED):
-        with history_safe():
-            from reference_impl.server.sse import get_chat_chunk_encoder
-
-            self.encode = get_chat_chunk_encoder(args.sse_encoder).encode
+        self.encode = create_form("H2", args.sse_encoder).encode
         head = {"chunk_id": "chatcmpl-" + "0" * 32, "created": 1_700_000_000,
                 "model": args.served_model_name, "index": 0}
         text = "".join(token_texts(4, seed))

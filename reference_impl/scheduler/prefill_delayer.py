@@ -32,12 +32,15 @@ upstream's ``RecentPrefillBatchSizeTracker``; passes with nothing waiting do not
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference_impl.config import ServerArgs
+from reference_impl.hot_paths import HOT_PATHS
 
 REASONS = ("", "token_watermark", "delay", "wait_timeout", "wait_success", "no_wait")
 NO_PREFILL = "no_prefill"
@@ -95,6 +98,12 @@ class DelayerConfig:
     def is_queue_trigger_enabled(self) -> bool:
         """Whether the queue condition exists (the optimized form of H5)."""
         return self.queue_min_ratio is not None
+
+    @functools.cached_property
+    def queue_trigger(self) -> QueueTrigger:
+        """H5's form, chosen once from ``queue_min_ratio`` through the hot-path registry."""
+        h5 = HOT_PATHS["H5"]
+        return h5.create(h5.form_of(self.queue_min_ratio))
 
     @property
     def effective_max_running_requests(self) -> int:
@@ -177,7 +186,7 @@ def _decide_all_prefillable(prev: DelayerState, ranks: Sequence[RankInfo],
     running_batch = max(rank.running_batch for rank in ranks)
     max_prefill_bs = max(rank.max_prefill_bs for rank in ranks)
     waiting_queue_len = max(rank.waiting_queue_len for rank in ranks)
-    if _is_queue_short(prev.delay, running_batch, waiting_queue_len, config, now):
+    if config.queue_trigger.is_queue_short(prev.delay, running_batch, waiting_queue_len, config, now):
         # NOTE: the queue condition never spends the skip-first bypass, nor counts passes.
         return _delay(prev, now)
     if config.effective_max_running_requests - running_batch < max_prefill_bs:
@@ -195,16 +204,35 @@ def queue_min(running_batch: int, config: DelayerConfig) -> int:
     return threshold
 
 
-def _is_queue_short(delay: Delay | None, running_batch: int, waiting_queue_len: int,
-                    config: DelayerConfig, now: float) -> bool:
-    """The queue condition: fewer waiting requests than worth a prefill, within the time cap."""
-    if config.queue_min_ratio is None or running_batch == 0:
+class QueueTrigger(ABC):
+    """H5's interface: whether the queue condition asks this pass to wait for a longer queue."""
+
+    @abstractmethod
+    def is_queue_short(self, delay: Delay | None, running_batch: int, waiting_queue_len: int,
+                       config: DelayerConfig, now: float) -> bool:
+        """The queue condition for this pass (maxima over ranks)."""
+
+
+class SlotOnly(QueueTrigger):
+    """Legacy: no queue condition; only the slot condition (and mixed ranks) delay."""
+
+    def is_queue_short(self, delay: Delay | None, running_batch: int, waiting_queue_len: int,
+                       config: DelayerConfig, now: float) -> bool:
         return False
-    threshold = queue_min(running_batch, config)
-    if threshold <= 0 or waiting_queue_len >= threshold:
-        return False
-    # NOTE: one elapsed time for every rank (shared start and now): all reach the deadline at once.
-    return delay is None or (now - delay.start_time) * 1000.0 < config.max_delay_ms
+
+
+class QueueMinRatio(QueueTrigger):
+    """Optimized (sglang#23189): fewer waiting requests than worth a prefill, within the time cap."""
+
+    def is_queue_short(self, delay: Delay | None, running_batch: int, waiting_queue_len: int,
+                       config: DelayerConfig, now: float) -> bool:
+        if running_batch == 0:
+            return False
+        threshold = queue_min(running_batch, config)
+        if threshold <= 0 or waiting_queue_len >= threshold:
+            return False
+        # NOTE: one elapsed time for every rank (shared start and now): all reach the deadline at once.
+        return delay is None or (now - delay.start_time) * 1000.0 < config.max_delay_ms
 
 
 def _delay(prev: DelayerState, now: float) -> Decision:

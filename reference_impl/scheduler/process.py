@@ -9,10 +9,10 @@ import zmq
 from reference_impl import ipc
 from reference_impl.config import ServerArgs
 from reference_impl.engine import make_clock, make_engine
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import AbortReq, GetStatsReq, TokenizedGenerateReq, ToScheduler
 from reference_impl.scheduler.dp_group import DPGroup
 from reference_impl.scheduler.scheduler import Scheduler
-from reference_impl.scheduler.token_storage import get_token_storage
 from reference_impl.tokenizer import get_tokenizer
 
 _IDLE_POLL_MS = 1000
@@ -25,7 +25,7 @@ def build_scheduler(args: ServerArgs) -> Scheduler | DPGroup:
     by this one process.
     """
     tokenizer = get_tokenizer(args.tokenizer_path)
-    storage = get_token_storage(args.token_storage)
+    storage = HOT_PATHS["H4"].create(args.token_storage)
     clock = make_clock(args.sim_time)
     if args.enable_dp_attention:
         return DPGroup(args, tokenizer, storage, clock)

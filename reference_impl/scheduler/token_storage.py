@@ -84,21 +84,6 @@ class ArrayTokenStorage(TokenStorage):
         return flatten_arrays_to_int64_tensor(parts, device=device, pin_memory=is_cuda)
 
 
-TOKEN_STORAGES: dict[str, type[TokenStorage]] = {
-    ListTokenStorage.name: ListTokenStorage,
-    ArrayTokenStorage.name: ArrayTokenStorage,
-}
-
-
-def get_token_storage(name: str) -> TokenStorage:
-    """The kit named ``name`` ("list" or "array")."""
-    try:
-        return TOKEN_STORAGES[name]()
-    except KeyError:
-        raise ValueError(f"token storage must be one of {tuple(TOKEN_STORAGES)}, "
-                         f"got {name!r}") from None
-
-
 def check_int64_array(seq: object) -> None:
     """Raise TypeError unless ``seq`` is an ``array('q')`` (no conversion, no reinterpreting)."""
     if not isinstance(seq, array):

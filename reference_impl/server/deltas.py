@@ -33,6 +33,13 @@ class DeltaTracker(ABC):
     """Turns each choice's outputs into the text to stream next."""
 
     form: ClassVar[str]
+    incremental_variant: ClassVar[type[DeltaTracker]]
+    """The same form for incremental streaming output (the text is already the delta)."""
+
+    @classmethod
+    def for_mode(cls, incremental: bool) -> type[DeltaTracker]:
+        """This form's tracker class for the output mode; make one instance per response."""
+        return cls.incremental_variant if incremental else cls
 
     @abstractmethod
     def is_first(self, index: int) -> bool:
@@ -106,22 +113,5 @@ def _relative(streamed: int, start: int) -> int:
     return streamed - start
 
 
-_TRACKERS: dict[tuple[str, bool], type[DeltaTracker]] = {
-    ("concat", False): ConcatDeltaTracker,
-    ("offset", False): OffsetDeltaTracker,
-    ("concat", True): IncrementalConcatDeltaTracker,
-    ("offset", True): IncrementalOffsetDeltaTracker,
-}
-
-DELTA_FORMS: tuple[str, ...] = ("concat", "offset")
-
-
-def get_delta_tracker(form: str, incremental: bool) -> type[DeltaTracker]:
-    """The tracker class for ``form`` (``"concat"`` or ``"offset"``) and the output mode.
-
-    Choose it once at start-up and make one instance per streamed response.
-    """
-    try:
-        return _TRACKERS[form, bool(incremental)]
-    except KeyError:
-        raise ValueError(f"unknown stream delta form {form!r}, expected one of {DELTA_FORMS}") from None
+ConcatDeltaTracker.incremental_variant = IncrementalConcatDeltaTracker
+OffsetDeltaTracker.incremental_variant = IncrementalOffsetDeltaTracker

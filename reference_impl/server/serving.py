@@ -7,8 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from reference_impl.config import ServerArgs
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
-from reference_impl.server.deltas import get_delta_tracker
 from reference_impl.server.metrics import ServerMetrics
 from reference_impl.server.protocol import UsageInfo
 from reference_impl.server.stream_outputs import ReqOutput
@@ -73,7 +73,8 @@ class ServingBase:
         self.tm = tokenizer_manager
         self.tokenizer = tokenizer
         self.metrics = metrics
-        self.delta_tracker_cls = get_delta_tracker(args.stream_delta, args.incremental_streaming_output)
+        self.delta_tracker_cls = HOT_PATHS["H6"].implementation(args.stream_delta).for_mode(
+            args.incremental_streaming_output)
         self.max_req_kv_tokens: int | None = None  # KV tokens one request may hold; set at start
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.server.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -18,7 +19,7 @@ from reference_impl.server.serving import (
     total_completion_tokens,
     usage_dict,
 )
-from reference_impl.server.sse import SSE_DONE, get_chat_chunk_encoder, sse_data
+from reference_impl.server.sse import SSE_DONE, sse_data
 
 
 class ServingChat(ServingBase):
@@ -29,7 +30,7 @@ class ServingChat(ServingBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._encoder = get_chat_chunk_encoder(self.args.sse_encoder)
+        self._encoder = HOT_PATHS["H2"].create(self.args.sse_encoder)
 
     def prepare(self, request: ChatCompletionRequest) -> SubRequests:
         messages = [{"role": m.role, "content": m.text} for m in request.messages]

@@ -120,17 +120,3 @@ class MsgspecChatChunkEncoder(ChatChunkEncoder):
         chunk = _StreamChunk(id=chunk_id, object=_CHUNK_OBJECT, created=created, model=model,
                              choices=[choice], usage=usage)
         return _SSE_PREFIX + self._encoder.encode(chunk) + _SSE_SUFFIX
-
-
-CHAT_CHUNK_ENCODERS: dict[str, type[ChatChunkEncoder]] = {
-    cls.name: cls for cls in (PydanticChatChunkEncoder, MsgspecChatChunkEncoder)
-}
-
-
-def get_chat_chunk_encoder(name: str) -> ChatChunkEncoder:
-    """A new encoder of the named form: ``"pydantic"`` (legacy) or ``"msgspec"`` (optimized)."""
-    try:
-        return CHAT_CHUNK_ENCODERS[name]()
-    except KeyError:
-        raise ValueError(f"unknown chat chunk encoder {name!r}, expected one of "
-                         f"{tuple(CHAT_CHUNK_ENCODERS)}") from None

@@ -16,6 +16,8 @@ plus the chunks that arrived since, appended once; never a re-join of every chun
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from reference_impl.messages import FinishReason
 
 
@@ -78,7 +80,20 @@ class ReqState:
         return tail, start
 
 
-class CopyOutputs:
+class StreamOutputs(ABC):
+    """H3's interface: what one step queues for a request, and what its consumer takes."""
+
+    @abstractmethod
+    def build(self, state: ReqState, text: str, ids: list[int], finish: FinishReason | None,
+              prompt_tokens: int, completion_tokens: int) -> ReqOutput:
+        """The output queued for this step (``text`` and ``ids`` are the step's new ones)."""
+
+    @abstractmethod
+    def take(self, state: ReqState, outs: list[ReqOutput]) -> ReqOutput:
+        """The one output a woken consumer gets from what queued up since its last wake-up."""
+
+
+class CopyOutputs(StreamOutputs):
     """Legacy: copy the ids and the whole text at every step; the consumer keeps the newest."""
 
     def build(self, state: ReqState, text: str, ids: list[int], finish: FinishReason | None,
@@ -90,7 +105,7 @@ class CopyOutputs:
         return outs[-1]
 
 
-class FullTextOutputs:
+class FullTextOutputs(StreamOutputs):
     """Upstream #22567: no per-step copy; the whole text is built once per consumer wake-up."""
 
     def build(self, state: ReqState, text: str, ids: list[int], finish: FinishReason | None,
@@ -118,8 +133,8 @@ class TailOutputs(FullTextOutputs):
         return out
 
 
-class IncrementalOutputs:
-    """Each output holds only what is new; the consumer merges what queued up."""
+class IncrementalOutputs(StreamOutputs):
+    """Incremental mode (any H3 form): each output holds only what is new; the consumer merges."""
 
     def build(self, state: ReqState, text: str, ids: list[int], finish: FinishReason | None,
               prompt_tokens: int, completion_tokens: int) -> ReqOutput:
@@ -132,14 +147,3 @@ class IncrementalOutputs:
         ids = [i for o in outs for i in o.output_ids]
         return ReqOutput("".join(o.text for o in outs), ids, last.finish_reason,
                          last.prompt_tokens, last.completion_tokens)
-
-
-STREAM_OUTPUT_FORMS = {"copy": CopyOutputs, "reference": TailOutputs,
-                       "reference-full": FullTextOutputs}
-
-
-def make_stream_outputs(form: str, incremental: bool):
-    """The output builder for ``--stream-output`` and ``--incremental-streaming-output``."""
-    if incremental:
-        return IncrementalOutputs()
-    return STREAM_OUTPUT_FORMS[form]()

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from reference_impl.config import ServerArgs
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import (
     AbortReq,
     BatchStrOutput,
@@ -21,8 +22,7 @@ from reference_impl.messages import (
     SchedulerStats,
     TokenizedGenerateReq,
 )
-from reference_impl.server.stream_outputs import ReqOutput, ReqState, make_stream_outputs
-from reference_impl.server.wakeups import make_wakeups
+from reference_impl.server.stream_outputs import IncrementalOutputs, ReqOutput, ReqState
 
 _STATS_TIMEOUT_S = 10.0
 
@@ -62,8 +62,9 @@ class TokenizerManager:
         self.args = args
         self._send = send
         self._metrics = metrics
-        self._outputs = make_stream_outputs(args.stream_output, args.incremental_streaming_output)
-        self._wakeups = make_wakeups(args.wakeup, args.batch_notify_size)
+        self._outputs = (IncrementalOutputs() if args.incremental_streaming_output
+                         else HOT_PATHS["H3"].create(args.stream_output))
+        self._wakeups = HOT_PATHS["H1"].create(args.wakeup, args.batch_notify_size)
         self.rid_to_state: dict[str, ReqState] = {}
         self._stats_waiters: dict[int, asyncio.Future] = {}
         self._stats_ids = itertools.count(1)

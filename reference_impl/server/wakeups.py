@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from reference_impl.messages import BatchStrOutput
@@ -17,8 +18,19 @@ from reference_impl.server.stream_outputs import ReqState
 ProcessOne = Callable[[BatchStrOutput, int], "ReqState | None"]
 
 
-class ImmediateWakeups:
-    """Legacy: process and set every event in one synchronous pass."""
+class Wakeups(ABC):
+    """H1's interface: hand one batch output to its requests and wake their waiting streams."""
+
+    def __init__(self, batch_notify_size: int = 16):
+        self.batch_notify_size = max(1, batch_notify_size)
+
+    @abstractmethod
+    async def deliver(self, batch: BatchStrOutput, process_one: ProcessOne) -> None:
+        """Queue every request's output (``process_one``) and set the events of those it returns."""
+
+
+class ImmediateWakeups(Wakeups):
+    """Legacy: process and set every event in one synchronous pass (no groups)."""
 
     async def deliver(self, batch: BatchStrOutput, process_one: ProcessOne) -> None:
         for i in range(len(batch.rids)):
@@ -27,11 +39,8 @@ class ImmediateWakeups:
                 state.event.set()
 
 
-class BatchedWakeups:
-    """Optimized: set events a group at a time and yield between groups."""
-
-    def __init__(self, batch_notify_size: int):
-        self.batch_notify_size = max(1, batch_notify_size)
+class BatchedWakeups(Wakeups):
+    """Optimized: set events a group of ``batch_notify_size`` at a time and yield between groups."""
 
     async def deliver(self, batch: BatchStrOutput, process_one: ProcessOne) -> None:
         size = self.batch_notify_size
@@ -49,8 +58,3 @@ class BatchedWakeups:
         # NOTE: no yield after the remainder: the receive loop awaits the next message at once.
         for s in pending:
             s.event.set()
-
-
-def make_wakeups(form: str, batch_notify_size: int):
-    """The wake-up strategy for ``--wakeup`` and ``--batch-notify-size``."""
-    return ImmediateWakeups() if form == "immediate" else BatchedWakeups(batch_notify_size)

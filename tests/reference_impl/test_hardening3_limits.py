@@ -7,9 +7,9 @@ import re
 
 import httpx
 
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.request import Req
-from reference_impl.scheduler.token_storage import get_token_storage
 from reference_impl.server.protocol import count_content_parts
 from tests.reference_impl.conftest import MODEL, ServerProcess, stream_chunks
 
@@ -31,7 +31,7 @@ def test_stop_token_ids_past_the_cap_get_400(server):
 
 
 def test_stop_token_ids_are_one_shared_set_per_request():
-    storage = get_token_storage("array")
+    storage = HOT_PATHS["H4"].create("array")
     ids = tuple(range(1, 200))
     reqs = [Req(TokenizedGenerateReq(f"r-{i}", [1, 2], SamplingParams(8, stop_token_ids=ids), False),
                 storage, 0) for i in range(4)]

@@ -10,15 +10,12 @@ busy for minutes, its dead streams were never counted, and fresh requests timed 
 
 from __future__ import annotations
 
-import json
-import re
-import socket
-import struct
 import time
 
 import httpx
 import pytest
 
+from harness.probes import LONG_STREAM, reset, slow_client, wait_settled
 from reference_impl.subprocess_server import cpu_seconds
 from tests.reference_impl.conftest import MODEL, ServerProcess
 
@@ -28,8 +25,7 @@ MAX_SETTLE_S = 5.0    # reset → every stream ended and the scheduler idle (mea
 SETTLE_S = 1.0        # once settled: the bounded output queues drain, then the window opens
 CPU_WINDOW_S = 4.0
 MAX_WINDOW_CPU_S = 0.25
-BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 120_000,
-        "ignore_eos": True, "stream": True}
+BODY = {"model": MODEL, **LONG_STREAM}
 CONFIGS = {
     "batched": [],
     "immediate": ["--wakeup", "immediate"],
@@ -37,58 +33,23 @@ CONFIGS = {
 }
 
 
-def slow_client(port: int) -> socket.socket:
-    """A streaming chat request sent on a socket with a 4 KB receive buffer."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(60)
-    sock.connect(("127.0.0.1", port))
-    data = json.dumps(BODY).encode()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
-    return sock
-
-
-def reset(sock: socket.socket) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()
-
-
-def metric(text: str, name: str, labels: str = "") -> float:
-    match = re.search(rf"^reference:{name}{re.escape(labels)} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
-
-
-def wait_settled(url: str, timeout: float = 30.0) -> tuple[str, float]:
-    """/metrics once the scheduler is idle and the HTTP process tracks no request, and the wait."""
-    start = time.monotonic()
-    while True:
-        text = httpx.get(url + "/metrics", timeout=30).text
-        idle = all(metric(text, n) == 0 for n in ("num_running_reqs", "num_waiting_reqs",
-                                                   "num_tracked_reqs"))
-        waited = time.monotonic() - start
-        if idle or waited > timeout:
-            return text, waited
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_reset_slow_streams_stop_costing_cpu(config):
     with ServerProcess("--sim-profile", "zero", *CONFIGS[config]) as srv:
         http_pid = srv.child_pids()["http"]
-        socks = [slow_client(srv.port) for _ in range(NUM_CLIENTS)]
+        socks = [slow_client(srv.port, MODEL) for _ in range(NUM_CLIENTS)]
         for sock in socks:
             assert sock.recv(500)  # read a little, then nothing
         time.sleep(HOLD_S)
         for sock in socks:
             reset(sock)
-        text, settle_s = wait_settled(srv.url)
+        metrics, settle_s = wait_settled(srv.url)
         assert settle_s <= MAX_SETTLE_S, f"streams ended {settle_s:.1f} s after the resets"
-        assert metric(text, "num_running_reqs") == 0
-        assert metric(text, "num_tracked_reqs") == 0
-        ended = sum(metric(text, "num_requests_total", f'{{endpoint="chat",status="{s}"}}')
+        assert metrics.value("reference:num_running_reqs") == 0
+        assert metrics.value("reference:num_tracked_reqs") == 0
+        ended = sum(metrics.value("reference:num_requests_total", endpoint="chat", status=s)
                     for s in ("200", "499"))
-        assert ended == NUM_CLIENTS, text  # every stream ended: finished or aborted, none left
+        assert ended == NUM_CLIENTS, metrics.samples  # every stream ended: finished or aborted
         time.sleep(SETTLE_S)
         start = cpu_seconds(http_pid)
         time.sleep(CPU_WINDOW_S)

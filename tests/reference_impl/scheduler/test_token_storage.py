@@ -8,13 +8,12 @@ from array import array
 import pytest
 import torch
 
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.scheduler.token_storage import (
-    TOKEN_STORAGES,
     ArrayTokenStorage,
     ListTokenStorage,
     TokenStorage,
     flatten_arrays_to_int64_tensor,
-    get_token_storage,
 )
 
 INT64_MAX = 2**63 - 1
@@ -52,9 +51,9 @@ def test_both_kits_build_identical_tensors(seed: int):
 
 @pytest.mark.parametrize("parts", [[], [[]], [[], []], [[5], []], [[], [7, 8]]],
                          ids=["no_parts", "one_empty", "two_empty", "empty_last", "empty_first"])
-@pytest.mark.parametrize("name", sorted(TOKEN_STORAGES))
+@pytest.mark.parametrize("name", HOT_PATHS["H4"].choices)
 def test_empty_edges(name: str, parts: list[list[int]]):
-    tensor = _tensor(get_token_storage(name), parts)
+    tensor = _tensor(HOT_PATHS["H4"].create(name), parts)
     assert tensor.dtype == torch.int64 and tensor.shape == (len(_expected(parts)),)
     assert tensor.tolist() == _expected(parts)
 
@@ -64,9 +63,9 @@ def test_flatten_of_no_parts_is_empty_int64():
     assert tensor.dtype == torch.int64 and tensor.shape == (0,)
 
 
-@pytest.mark.parametrize("name", sorted(TOKEN_STORAGES))
+@pytest.mark.parametrize("name", HOT_PATHS["H4"].choices)
 def test_kit_lifecycle(name: str):
-    storage = get_token_storage(name)
+    storage = HOT_PATHS["H4"].create(name)
     assert storage.name == name
     prompt_ids = [3, 1, 4, 1, 5]
     prompt = storage.from_ids(prompt_ids)
@@ -83,14 +82,14 @@ def test_kit_lifecycle(name: str):
 
 
 def test_kit_types():
-    assert type(get_token_storage("list").empty()) is list
-    seq = get_token_storage("array").from_ids(range(3))
+    assert type(HOT_PATHS["H4"].create("list").empty()) is list
+    seq = HOT_PATHS["H4"].create("array").from_ids(range(3))
     assert isinstance(seq, array) and seq.typecode == "q"
 
 
 def test_unknown_kit_is_refused():
-    with pytest.raises(ValueError, match="token storage must be one of"):
-        get_token_storage("tuple")
+    with pytest.raises(ValueError, match="unknown form .tuple.; choose from list, array"):
+        HOT_PATHS["H4"].create("tuple")
 
 
 @pytest.mark.parametrize("bad", [[1, 2, 3], (1, 2), array("l", [1, 2]), array("i", [1, 2]),
@@ -134,9 +133,9 @@ def test_tensor_does_not_alias_its_arrays(num_parts: int):
     assert parts[0][0] == -1
 
 
-@pytest.mark.parametrize("name", sorted(TOKEN_STORAGES))
+@pytest.mark.parametrize("name", HOT_PATHS["H4"].choices)
 def test_kit_tensor_does_not_alias_a_single_sequence(name: str):
-    storage = get_token_storage(name)
+    storage = HOT_PATHS["H4"].create(name)
     seq = storage.from_ids([1, 2, 3])
     tensor = storage.to_tensor([seq])
     seq.append(4)
@@ -145,9 +144,9 @@ def test_kit_tensor_does_not_alias_a_single_sequence(name: str):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", sorted(TOKEN_STORAGES))
+@pytest.mark.parametrize("name", HOT_PATHS["H4"].choices)
 def test_to_tensor_on_cuda(name: str):
-    storage = get_token_storage(name)
+    storage = HOT_PATHS["H4"].create(name)
     parts = _random_parts(random.Random(7)) + [[1, 2, 3], []]
     seqs = [storage.from_ids(p) for p in parts]
     tensor = storage.to_tensor(seqs, device="cuda")

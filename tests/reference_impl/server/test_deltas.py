@@ -6,12 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.server.deltas import (
-    DELTA_FORMS,
     ConcatDeltaTracker,
     DeltaTracker,
     OffsetDeltaTracker,
-    get_delta_tracker,
 )
 
 # Pieces a detokenizer may emit: ASCII, multi-byte characters, emoji with joiners, newlines.
@@ -43,30 +42,30 @@ def stream(tracker: DeltaTracker, outputs: list[tuple[int, str]]) -> dict[int, s
     return joined
 
 
-@pytest.mark.parametrize("form", DELTA_FORMS)
+@pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 @given(per_choice=choices)
 def test_joined_deltas_equal_final_text(form, per_choice):
-    tracker = get_delta_tracker(form, incremental=False)()
+    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
     outputs = interleave([cumulative(parts) for parts in per_choice])
     joined = stream(tracker, outputs)
     assert joined == {i: "".join(parts) for i, parts in enumerate(per_choice) if parts}
 
 
-@pytest.mark.parametrize("form", DELTA_FORMS)
+@pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 @given(per_choice=choices)
 def test_incremental_text_is_the_delta(form, per_choice):
-    tracker = get_delta_tracker(form, incremental=True)()
+    tracker = HOT_PATHS["H6"].implementation(form).for_mode(True)()
     outputs = interleave(per_choice)
     deltas = [tracker.delta(index, text) for index, text in outputs]
     assert deltas == [text for _, text in outputs]
-    assert stream(get_delta_tracker(form, incremental=True)(), outputs) == {
+    assert stream(HOT_PATHS["H6"].implementation(form).for_mode(True)(), outputs) == {
         i: "".join(parts) for i, parts in enumerate(per_choice) if parts}
 
 
 @pytest.mark.parametrize("incremental", [False, True])
-@pytest.mark.parametrize("form", DELTA_FORMS)
+@pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 def test_first_chunk_detected_even_when_empty(form, incremental):
-    tracker = get_delta_tracker(form, incremental)()
+    tracker = HOT_PATHS["H6"].implementation(form).for_mode(incremental)()
     assert tracker.is_first(0) and tracker.is_first(1)
     assert tracker.delta(0, "") == ""
     assert not tracker.is_first(0)
@@ -75,9 +74,9 @@ def test_first_chunk_detected_even_when_empty(form, incremental):
     assert not tracker.is_first(1)
 
 
-@pytest.mark.parametrize("form", DELTA_FORMS)
+@pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 def test_shorter_final_text_gives_empty_delta(form):
-    tracker = get_delta_tracker(form, incremental=False)()
+    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
     assert tracker.delta(0, "Hello") == "Hello"
     assert tracker.delta(0, "Hello EN") == " EN"
     assert tracker.delta(0, "Hello") == ""
@@ -94,11 +93,11 @@ def tails(parts: list[str], wakeups: list[bool]) -> list[tuple[str, int]]:
     return outputs
 
 
-@pytest.mark.parametrize("form", DELTA_FORMS)
+@pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 @given(parts=pieces, wakeups=st.lists(st.booleans(), min_size=12, max_size=12))
 def test_tail_outputs_stream_the_same_deltas_as_cumulative_ones(form, parts, wakeups):
     outputs = tails(parts, wakeups)
-    tracker = get_delta_tracker(form, incremental=False)()
+    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
     deltas = [tracker.delta(0, text, start) for text, start in outputs]
     assert deltas == [text for text, _ in outputs]
     whole = "".join(parts)
@@ -106,9 +105,9 @@ def test_tail_outputs_stream_the_same_deltas_as_cumulative_ones(form, parts, wak
     assert "".join(deltas) + final == whole
 
 
-@pytest.mark.parametrize("form", DELTA_FORMS)
+@pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 def test_tail_past_the_streamed_text_is_refused(form):
-    tracker = get_delta_tracker(form, incremental=False)()
+    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
     tracker.delta(0, "abc")
     with pytest.raises(ValueError, match="starts at character 5"):
         tracker.delta(0, "xyz", start=5)
@@ -126,8 +125,11 @@ def test_echo_stays_outside_the_tracker(parts, prompt):
 
 
 def test_registry():
-    assert get_delta_tracker("concat", False) is ConcatDeltaTracker
-    assert get_delta_tracker("offset", False) is OffsetDeltaTracker
-    assert {get_delta_tracker(f, True).form for f in DELTA_FORMS} == set(DELTA_FORMS)
+    h6 = HOT_PATHS["H6"]
+    assert h6.implementation("concat").for_mode(False) is ConcatDeltaTracker
+    assert h6.implementation("offset").for_mode(False) is OffsetDeltaTracker
+    assert {h6.implementation(f).for_mode(True).form for f in h6.choices} == set(h6.choices)
+    assert all(issubclass(h6.implementation(f).for_mode(m), DeltaTracker)
+               for f in h6.choices for m in (False, True))
     with pytest.raises(ValueError, match="rope"):
-        get_delta_tracker("rope", False)
+        h6.implementation("rope")

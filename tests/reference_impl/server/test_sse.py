@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.server.protocol import (
     ChatCompletionStreamResponse,
     CompletionResponseStreamChoice,
@@ -19,12 +20,11 @@ from reference_impl.server.protocol import (
 from reference_impl.server.sse import (
     SSE_DONE,
     ChatChunkEncoder,
-    get_chat_chunk_encoder,
     sse_data,
 )
 
-LEGACY = get_chat_chunk_encoder("pydantic")
-OPTIMIZED = get_chat_chunk_encoder("msgspec")
+LEGACY = HOT_PATHS["H2"].create("pydantic")
+OPTIMIZED = HOT_PATHS["H2"].create("msgspec")
 BASE = {"chunk_id": "chatcmpl-1", "created": 1_700_000_000, "model": "reference-sim"}
 
 TEXTS = ["", "plain", "é 漢字 🦀 \u200d", 'quote " backslash \\ slash /',
@@ -164,8 +164,8 @@ def test_sse_data_for_completions_chunk():
 
 
 def test_registry():
-    assert [get_chat_chunk_encoder(n).name for n in ("pydantic", "msgspec")] == ["pydantic", "msgspec"]
+    assert [HOT_PATHS["H2"].create(n).name for n in ("pydantic", "msgspec")] == ["pydantic", "msgspec"]
     assert all(isinstance(e, ChatChunkEncoder) for e in (LEGACY, OPTIMIZED))
     with pytest.raises(ValueError, match="orjson"):
-        get_chat_chunk_encoder("orjson")
+        HOT_PATHS["H2"].create("orjson")
 

@@ -6,12 +6,9 @@ import asyncio
 
 import pytest
 
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import FinishReason
-from reference_impl.server.stream_outputs import (
-    STREAM_OUTPUT_FORMS,
-    ReqState,
-    make_stream_outputs,
-)
+from reference_impl.server.stream_outputs import IncrementalOutputs, ReqState
 
 
 def _state() -> ReqState:
@@ -44,9 +41,9 @@ def _feed(outputs, state: ReqState, text: str, finish=None):
     return outputs.build(state, text, [0], finish, 4, len(state.output_ids))
 
 
-@pytest.mark.parametrize("form", sorted(STREAM_OUTPUT_FORMS))
+@pytest.mark.parametrize("form", HOT_PATHS["H3"].choices)
 def test_every_form_ends_with_the_whole_text_and_a_copy_of_the_ids(form):
-    outputs, state = make_stream_outputs(form, incremental=False), _state()
+    outputs, state = HOT_PATHS["H3"].create(form), _state()
     queued = [_feed(outputs, state, t) for t in ("a", "b")]
     out = outputs.take(state, queued)
     assert out.finish_reason is None
@@ -57,8 +54,8 @@ def test_every_form_ends_with_the_whole_text_and_a_copy_of_the_ids(form):
 
 def test_intermediate_outputs_per_form():
     texts = {}
-    for form in STREAM_OUTPUT_FORMS:
-        outputs, state = make_stream_outputs(form, incremental=False), _state()
+    for form in HOT_PATHS["H3"].choices:
+        outputs, state = HOT_PATHS["H3"].create(form), _state()
         first = outputs.take(state, [_feed(outputs, state, "ab")])
         second = outputs.take(state, [_feed(outputs, state, "c"), _feed(outputs, state, "d")])
         texts[form] = [(first.text, first.text_start), (second.text, second.text_start)]
@@ -69,6 +66,6 @@ def test_intermediate_outputs_per_form():
 
 
 def test_incremental_outputs_merge_what_queued_up():
-    outputs, state = make_stream_outputs("reference", incremental=True), _state()
+    outputs, state = IncrementalOutputs(), _state()
     out = outputs.take(state, [_feed(outputs, state, "a"), _feed(outputs, state, "b")])
     assert (out.text, out.output_ids) == ("ab", [0, 0])

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from reference_impl.config import ServerArgs
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import (
     BatchStrOutput,
     FinishReason,
@@ -14,6 +16,7 @@ from reference_impl.messages import (
     TokenizedGenerateReq,
 )
 from reference_impl.server.tokenizer_manager import TokenizerManager
+from reference_impl.server.wakeups import Wakeups
 
 NUM_STREAMS = 2048
 NUM_STEPS = 12
@@ -105,3 +108,48 @@ def test_tail_outputs_hold_only_the_new_text(wakeup, size):
         starts = [start for _, start, _, _ in outs[:-1]]
         lens = [len(text) for text, _, _, _ in outs[:-1]]
         assert starts == [sum(lens[:k]) for k in range(len(lens))]
+
+
+async def _wake_order(form: str, size: int, num_reqs: int) -> list[str]:
+    """The event-loop order of "queued i" (the handler) and "woke i" (each waiting consumer)."""
+    log: list[str] = []
+    events = [asyncio.Event() for _ in range(num_reqs)]
+
+    async def consumer(i: int) -> None:
+        await events[i].wait()
+        log.append(f"woke {i}")
+
+    def process_one(batch, i: int):
+        log.append(f"queued {i}")
+        return SimpleNamespace(event=events[i])
+
+    tasks = [asyncio.create_task(consumer(i)) for i in range(num_reqs)]
+    await asyncio.sleep(0)
+    batch = SimpleNamespace(rids=[f"r{i}" for i in range(num_reqs)])
+    await HOT_PATHS["H1"].create(form, size).deliver(batch, process_one)
+    await asyncio.gather(*tasks)
+    return log
+
+
+def test_immediate_wakes_no_stream_before_the_whole_batch_is_queued():
+    log = asyncio.run(_wake_order("immediate", 4, 10))
+    assert log == [f"queued {i}" for i in range(10)] + [f"woke {i}" for i in range(10)]
+
+
+@pytest.mark.parametrize("size", [1, 4])
+def test_batched_wakes_each_group_before_queueing_the_next(size):
+    log = asyncio.run(_wake_order("batched", size, 10))
+    expected, full = [], 10 - 10 % size
+    for start in range(0, full, size):
+        group = range(start, start + size)
+        expected += [f"queued {i}" for i in group] + [f"woke {i}" for i in group]
+    rest = range(full, 10)  # the remainder is set without a yield: woken after deliver returns
+    expected += [f"queued {i}" for i in rest] + [f"woke {i}" for i in rest]
+    assert log == expected
+
+
+def test_every_wakeup_form_is_a_wakeups_and_unknown_ones_are_refused():
+    h1 = HOT_PATHS["H1"]
+    assert all(isinstance(h1.create(form, 16), Wakeups) for form in h1.choices)
+    with pytest.raises(ValueError, match="immediate, batched"):
+        h1.create("sometimes", 16)

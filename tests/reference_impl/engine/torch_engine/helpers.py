@@ -9,9 +9,10 @@ import torch
 
 from reference_impl.config import ServerArgs
 from reference_impl.engine.torch_engine import TorchEngine, save_safetensors
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.messages import SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.request import Req
-from reference_impl.scheduler.token_storage import TokenStorage, get_token_storage
+from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import ByteLevelTokenizer
 
 
@@ -21,7 +22,7 @@ def make_engine(model_path: str | Path | None = None, storage: str = "array",
     args = ServerArgs(engine="torch", device="cpu", dtype="float32", max_total_tokens=max_total_tokens,
                       model_path=None if model_path is None else str(model_path),
                       token_storage=storage, **overrides)
-    kit = get_token_storage(storage)
+    kit = HOT_PATHS["H4"].create(storage)
     return TorchEngine(args, ByteLevelTokenizer(), kit), kit
 
 

@@ -12,7 +12,7 @@ import torch
 from reference_impl.config import ServerArgs
 from reference_impl.engine.torch_engine import TorchEngine
 from reference_impl.engine.torch_engine.cuda_graph import graph_batch_sizes
-from reference_impl.scheduler.token_storage import get_token_storage
+from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.tokenizer import ByteLevelTokenizer
 from tests.reference_impl.engine.torch_engine.helpers import make_req
 
@@ -22,11 +22,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _engine(**overrides) -> TorchEngine:
     args = ServerArgs(**{"engine": "torch", "device": "cuda", "max_total_tokens": 65536,
                          "cuda_graph_max_bs": 64, **overrides})
-    return TorchEngine(args, ByteLevelTokenizer(), get_token_storage("array"))
+    return TorchEngine(args, ByteLevelTokenizer(), HOT_PATHS["H4"].create("array"))
 
 
 def _decode_run(engine: TorchEngine, batch_size: int, prompt_len: int, steps: int) -> torch.Tensor:
-    storage = get_token_storage("array")
+    storage = HOT_PATHS["H4"].create("array")
     reqs = [make_req(f"r{i}", [256, *b"x" * (prompt_len + 7 * i)], storage, max_new=steps + 1)
             for i in range(batch_size)]
     engine.compute_logits(reqs)
@@ -66,7 +66,7 @@ def test_100k_token_prompt_prefills_in_chunks_within_memory():
     base = torch.cuda.memory_allocated()
     rng = random.Random(0)
     req = make_req("long", [rng.randrange(256) for _ in range(100_000)],
-                   get_token_storage("array"), max_new=8)
+                   HOT_PATHS["H4"].create("array"), max_new=8)
     logits = engine.compute_logits([req])
     assert logits.shape == (1, engine.config.vocab_size) and bool(logits.isfinite().all())
     extra = torch.cuda.max_memory_allocated() - base

@@ -5,47 +5,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from harness.forms import REGIMES, STORM_FORMS, Form, all_legacy, all_optimized, by_name
+from harness.load import Load
+from harness.provenance import TORCH_ENGINE
+
 SMALLEST_SCALE = 0.01
-ALL_LEGACY = ("--all-legacy",)
 QUEUE_TRIGGER = ("--enable-prefill-delayer", "--prefill-delayer-queue-min-ratio", "0.1")
 DP_ATTENTION = ("--dp-size", "4", "--enable-dp-attention", "--sim-profile", "gb200-moe-dp")
-PD_DECODE = ("--disaggregation-mode", "decode", "--sim-profile", "pd-decode-fast")
-PD_DECODE_H100 = ("--disaggregation-mode", "decode", "--sim-profile", "pd-decode-h100")
-H100 = ("--sim-profile", "h100-llama-8b")
-
-
-@dataclass(frozen=True)
-class Load:
-    """One loadgen run: closed loop at ``concurrency``, random lengths, ``ignore_eos``."""
-
-    concurrency: int
-    num_prompts: int
-    input_len: int
-    output_len: int
-    range_ratio: float = 1.0
-
-    def __post_init__(self):
-        for name in ("concurrency", "num_prompts", "input_len", "output_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.range_ratio <= 1.0:
-            raise ValueError(f"range_ratio must be in (0, 1], got {self.range_ratio}")
-
-    def loadgen_args(self) -> list[str]:
-        """The loadgen flags for this load."""
-        return ["--concurrency", str(self.concurrency), "--num-prompts", str(self.num_prompts),
-                "--random-input-len", str(self.input_len), "--random-output-len", str(self.output_len),
-                "--random-range-ratio", str(self.range_ratio), "--ignore-eos"]
 
 
 @dataclass(frozen=True)
 class Run:
-    """One server form under one load; ``name`` is unique within a scenario and names its files."""
+    """One server form under one load; the form's name is unique within a scenario and names its files."""
 
-    name: str
-    flags: tuple[str, ...]
+    form: Form
     load: Load
     params: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def name(self) -> str:
+        return self.form.name
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return self.form.flags
 
 
 @dataclass(frozen=True)
@@ -58,6 +41,12 @@ class Scenario:
     description: str
     build: Callable[[float], tuple[Run, ...]]
     plots: tuple[str, ...] = ("throughput", "itl")
+    is_torch: bool = False
+
+    @property
+    def fingerprint_excludes(self) -> tuple[str, ...]:
+        """The code its runs never execute (the torch engine, unless it runs on it)."""
+        return () if self.is_torch else (TORCH_ENGINE,)
 
     def runs(self, scale: float) -> tuple[Run, ...]:
         """The runs at ``scale`` (1.0: the default sizes)."""
@@ -76,17 +65,20 @@ def scaled(value: int, scale: float, floor: int) -> int:
     return max(floor, round(value * scale))
 
 
-def _forms(load: Load, common: tuple[str, ...], forms: dict[str, tuple[str, ...]]) -> tuple[Run, ...]:
-    return tuple(Run(name, (*common, *flags), load) for name, flags in forms.items())
+def _in(common: tuple[str, ...], form: Form) -> Form:
+    return Form(form.name, (*common, *form.flags))
 
 
-def _storm_in(regime: tuple[str, ...]) -> Callable[[float], tuple[Run, ...]]:
+def _runs(load: Load, common: tuple[str, ...], forms: tuple[Form, ...]) -> tuple[Run, ...]:
+    return tuple(Run(_in(common, form), load) for form in forms)
+
+
+def _storm_in(regime: str, ipc_recv: tuple[str, ...] = ("yield",)) -> Callable[[float], tuple[Run, ...]]:
     def build(scale: float) -> tuple[Run, ...]:
         streams = scaled(2048, scale, 8)
         load = Load(streams, streams, scaled(128, scale, 16), scaled(128, scale, 32))
-        return _forms(load, regime, {"all-legacy": ALL_LEGACY, "all-optimized": (),
-                                     "H1-legacy-only": ("--wakeup", "immediate"),
-                                     "H2-legacy-only": ("--sse-encoder", "pydantic")})
+        return tuple(Run(_in(REGIMES[regime], by_name(name).under(recv)), load, {"ipc_recv": recv})
+                     for recv in ipc_recv for name in STORM_FORMS)
     return build
 
 
@@ -94,13 +86,12 @@ def _long_output(scale: float) -> tuple[Run, ...]:
     streams, input_len = scaled(16, scale, 4), scaled(128, scale, 16)
     output_len = scaled(16384, scale, 512)
     common = ("--sim-profile", "zero")
-    runs = _forms(Load(streams, streams, input_len, output_len), common, {
-        "all-legacy": ALL_LEGACY, "all-optimized": (),
-        "H3-legacy-only": ("--stream-output", "copy"), "H6-legacy-only": ("--stream-delta", "concat"),
-        "optimized-incremental": ("--incremental-streaming-output",)})
-    sweep = tuple(Run(f"{form}-L{length}", (*common, *flags), Load(streams, streams, input_len, length),
-                      {"form": form, "sweep": True})
-                  for form, flags in (("all-legacy", ALL_LEGACY), ("all-optimized", ()))
+    forms = (all_legacy(), all_optimized(), by_name("H3-legacy-only"), by_name("H6-legacy-only"),
+             Form("optimized-incremental", ("--incremental-streaming-output",)))
+    runs = _runs(Load(streams, streams, input_len, output_len), common, forms)
+    sweep = tuple(Run(_in(common, Form(f"{form.name}-L{length}", form.flags)),
+                      Load(streams, streams, input_len, length), {"form": form.name, "sweep": True})
+                  for form in (all_legacy(), all_optimized())
                   for length in (output_len // 8, output_len // 4, output_len // 2))
     return runs + sweep
 
@@ -109,7 +100,7 @@ def _long_prompt(scale: float) -> tuple[Run, ...]:
     # NOTE: loadgen's random text comes to ~4.52 tokens of the embedded byte-level tokenizer per
     # loadgen token, so 22,100 loadgen tokens make prompts of ~100K server tokens.
     load = Load(2, scaled(4, scale, 2), scaled(22_100, scale, 450), scaled(1024, scale, 128))
-    return _forms(load, (), {"all-legacy": ALL_LEGACY, "all-optimized": ()})
+    return _runs(load, (), (all_legacy(), all_optimized()))
 
 
 def _osl_variance(scale: float) -> tuple[Run, ...]:
@@ -121,15 +112,14 @@ def _osl_variance(scale: float) -> tuple[Run, ...]:
             load = Load(streams, 2 * streams, length, length, ratio)
             for delayer, flags in (("delayer-off", ()), ("queue-trigger", QUEUE_TRIGGER)):
                 params = {"concurrency": streams, "range_ratio": ratio, "delayer": delayer}
-                runs.append(Run(f"c{streams}-r{ratio}-{delayer}", (*DP_ATTENTION, *flags), load,
-                                params))
+                form = Form(f"c{streams}-r{ratio}-{delayer}", (*DP_ATTENTION, *flags))
+                runs.append(Run(form, load, params))
     return tuple(runs)
 
 
 def _torch(scale: float) -> tuple[Run, ...]:
     load = Load(scaled(8, scale, 2), scaled(32, scale, 4), scaled(128, scale, 16), scaled(64, scale, 64))
-    return _forms(load, ("--engine", "torch", "--device", "auto"),
-                  {"all-legacy": ALL_LEGACY, "all-optimized": ()})
+    return _runs(load, ("--engine", "torch", "--device", "auto"), (all_legacy(), all_optimized()))
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -139,18 +129,21 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "sim profile pd-decode-fast: KV arrives from a prefill node, no prefill compute, a 24 ms "
              "decode step at 2048 sequences, so the HTTP process limits throughput in every form). "
              "Every stream starts at once (concurrency = prompts), ignore_eos. H1 (wake-ups) and H2 "
-             "(SSE encoding) toggled alone; all-legacy also carries H3 copy and H6 concat.",
-             _storm_in(PD_DECODE)),
+             "(SSE encoding) toggled alone; all-legacy also carries H3 copy and H6 concat. Every form "
+             "runs under both of upstream's IPC receive paths: --ipc-recv yield (upstream's default "
+             "pickle IPC, a yield per message) and no-yield (SGLANG_USE_PICKLE_IPC=0, msgpack: no "
+             "yield while a backlog lasts; runs named *-no-yield).",
+             _storm_in("pd-decode", ("yield", "no-yield"))),
     Scenario("storm-pd-decode-h100", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, PD decode node on one H100",
              ("H1", "H2", "H6"),
              "The storm on a decode node modelled as one H100 serving Llama-3.1-8B (sim profile "
              "pd-decode-h100: 70 ms a step at 2048 sequences): the legacy HTTP process is the limit, "
-             "the optimized one is not.", _storm_in(PD_DECODE_H100)),
+             "the optimized one is not.", _storm_in("pd-decode-h100")),
     Scenario("storm-h100-llama-8b", "{concurrency}-stream streaming-chat storm, {input_len}/{output_len} tokens, one H100",
              ("H1", "H2", "H6"),
              "The storm on one modelled H100 serving an 8B model (sim profile h100-llama-8b: prefill "
              "and decode on the same node), where the model's steps, not the HTTP process, set the "
-             "pace.", _storm_in(H100)),
+             "pace.", _storm_in("h100-llama-8b")),
     Scenario("long-output", "{output_len}-token outputs, default non-incremental streaming", ("H3", "H6"),
              "Few streams with 16,384 output tokens each, default (non-incremental) streaming, sim "
              "engine with the zero profile so the CPU pipeline sets the pace (as a small model on a "
@@ -174,5 +167,5 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              ("osl",)),
     Scenario("torch", "torch engine, {concurrency} streams, {input_len}/{output_len} tokens", ("H1", "H2", "H3", "H4", "H6"),
              "The torch engine (embedded small Llama, seeded weights) on whatever device is "
-             "present (--device auto), all-legacy vs all-optimized.", _torch),
+             "present (--device auto), all-legacy vs all-optimized.", _torch, is_torch=True),
 )}

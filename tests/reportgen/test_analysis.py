@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from reports.analysis import cost_by_length, from_records, loglog_slope, ratio
-from reports.scenarios import Load, Run
+from harness.forms import Form
+from harness.load import Load
+from reportgen.analysis import cost_by_length, from_records, loglog_slope, ratio
+from reportgen.scenarios import Run
 
 
 def test_itl_quantiles_from_records(tmp_path):
@@ -34,7 +36,7 @@ def test_ratio_handles_missing_values():
 
 
 def _outcome(form: str, output_len: int, http_cpu_s: float, sweep: bool):
-    run = Run(f"{form}-{output_len}", (), Load(2, 2, 16, output_len), {"form": form, "sweep": sweep})
+    run = Run(Form(f"{form}-{output_len}"), Load(2, 2, 16, output_len), {"form": form, "sweep": sweep})
     return SimpleNamespace(run=run, result={"completed": 2}, cpu_s={"http": http_cpu_s},
                            stacks={"http": Counter()})
 

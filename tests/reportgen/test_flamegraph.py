@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from reports.flamegraph import build_tree, function_times, render_svg, speedscope
+from reportgen.flamegraph import build_tree, function_times, render_svg, speedscope
 
 STACKS = Counter({("main", "serve", "encode"): 6, ("main", "serve"): 2, ("main", "poll"): 2,
                   ("main", "f", "f"): 10})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.scenarios import SCENARIOS, SMALLEST_SCALE
+from reportgen.scenarios import SCENARIOS, SMALLEST_SCALE
 
 # NOTE: tiny loads keep some processes busy for only tens of ms; 1 kHz sampling makes every
 # process's profile non-empty (reports themselves default to 100 Hz).
@@ -25,8 +25,8 @@ def torch_engine_listed() -> bool:
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """``python -m reports ARGS`` as a subprocess."""
-    return subprocess.run([sys.executable, "-m", "reports", *args], capture_output=True, text=True,
+    """``python -m reportgen ARGS`` as a subprocess."""
+    return subprocess.run([sys.executable, "-m", "reportgen", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
 
 

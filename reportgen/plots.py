@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from reports.analysis import QUANTILES, cost_by_length, loglog_slope  # noqa: E402
+from reportgen.analysis import QUANTILES, cost_by_length, loglog_slope  # noqa: E402
 
 PROCESS_COLORS = {"http": "#d95f02", "scheduler": "#1b9e77", "detokenizer": "#7570b3"}
 

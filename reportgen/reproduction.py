@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPORTS_DIR = Path(__file__).resolve().parent
+from harness import provenance
+from reportgen.output import REPORTS_DIR
 
 Summaries = dict[str, dict]
 
@@ -26,9 +27,46 @@ class Claim:
     setting_alt: str = ""
 
 
+class SummaryError(ValueError):
+    """A ``summary.json`` that cannot be read; the message names the file."""
+
+
 def load_summaries(reports_dir: Path = REPORTS_DIR) -> Summaries:
     """``summary.json`` of every report present, by scenario name."""
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted(reports_dir.glob("*/summary.json"))}
+    if not reports_dir.is_dir():
+        raise SummaryError(f"{reports_dir}: no such directory")
+    summaries = {}
+    for path in sorted(reports_dir.glob("*/summary.json")):
+        try:
+            summaries[path.parent.name] = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise SummaryError(f"cannot read {path}: {error}") from error
+        if not isinstance(summaries[path.parent.name], dict):
+            raise SummaryError(f"cannot read {path}: not a JSON object")
+    return summaries
+
+
+def staleness(summary: dict) -> str:
+    """Why a report's figures no longer describe this code ("" when they do)."""
+    if summary.get("scale", 1.0) != 1.0:
+        return f"scale {summary['scale']:g} (scratch), not a full run"
+    record = summary.get("provenance")
+    if not provenance.is_fresh(record):
+        made = (record or {}).get("commit") or summary.get("machine", {}).get("commit", "unknown")
+        return f"stale: measured at {made}, code changed since"
+    return ""
+
+
+class _Reads(dict):
+    """Summaries that remember which scenarios a claim read."""
+
+    def __init__(self, summaries: Summaries):
+        super().__init__(summaries)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
 
 
 def _run(summaries: Summaries, scenario: str, name: str) -> dict:
@@ -244,10 +282,35 @@ CLAIMS = (
 
 
 def _measured(measure, summaries: Summaries) -> tuple[str, str]:
+    reads = _Reads(summaries)
     try:
-        return measure(summaries)
+        text, ratio = measure(reads)
     except (KeyError, StopIteration, ZeroDivisionError, TypeError):
         return "not run", ""
+    marks = sorted({f"{name}: {why}" for name in reads.read if (why := staleness(summaries[name]))})
+    return (f"**{'; '.join(marks)}** {text}" if marks else text), ratio
+
+
+TABLE_START = "<!-- reproduction table: made by `python -m reportgen table --update-readme` -->"
+TABLE_END = "<!-- end of reproduction table -->"
+
+
+def update_readme(readme: Path, text: str) -> bool:
+    """Put ``text`` between the table markers of ``readme``; whether the file changed."""
+    old = readme.read_text()
+    head, start, rest = old.partition(TABLE_START)
+    _, end, tail = rest.partition(TABLE_END)
+    if not (start and end):
+        raise SummaryError(f"{readme} has no reproduction-table markers ({TABLE_START!r} ... {TABLE_END!r})")
+    new = f"{head}{TABLE_START}\n{text}{TABLE_END}{tail}"
+    readme.write_text(new)
+    return new != old
+
+
+def readme_table(readme: Path) -> str:
+    """The table as committed between the markers of ``readme``."""
+    _, _, rest = readme.read_text().partition(TABLE_START)
+    return rest.partition(TABLE_END)[0].removeprefix("\n")
 
 
 def table(summaries: Summaries, why: dict[int, str] | None = None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reports.profiler import ProfilerError, find_py_spy, gzip_file, parse_collapsed, read_stacks
+from harness.profiler import ProfilerError, find_py_spy, gzip_file, parse_collapsed, read_stacks
 
 RAW = """<module> (<string>:1);run (app/server.py:10);handle (app/server.py:42) 7
 <module> (<string>:1);run (app/server.py:11);handle (app/server.py:43) 3

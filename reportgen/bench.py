@@ -1,4 +1,4 @@
-"""``python -m reports bench``: the benchmark figures behind the reproduction table's H3 and H5 rows.
+"""``python -m reportgen bench``: the benchmark figures behind the reproduction table's H3 and H5 rows.
 
 - ``h5_regime``: ``python -m benchmarks.h5_regime`` on the virtual clock (deterministic), in
   upstream's regime (DP attention, 4 lockstep ranks, sim profile gb200-moe-dp) and on one rank
@@ -17,6 +17,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from harness import provenance
+from reportgen import output
 
 ROOT = Path(__file__).resolve().parent.parent
 H5_SETTINGS = {
@@ -39,8 +42,8 @@ def collect() -> dict:
                  "rows": _json_lines("benchmarks.h5_regime", args)}
           for name, args in H5_SETTINGS.items()}
     h3 = {"command": "python -m benchmarks.h3_growth", "rows": _json_lines("benchmarks.h3_growth", [])}
-    return {"scenario": "bench", "h5_regime": h5, "h3_growth": h3,
-            "elapsed_s": round(time.time() - started, 1)}
+    return {"scenario": "bench", "provenance": provenance.record((provenance.TORCH_ENGINE,)),
+            "h5_regime": h5, "h3_growth": h3, "elapsed_s": round(time.time() - started, 1)}
 
 
 def readme(data: dict) -> str:
@@ -65,6 +68,8 @@ def readme(data: dict) -> str:
 
 
 def write(out_dir: Path) -> Path:
+    """Run the benchmarks and write ``summary.json`` and ``README.md`` to ``out_dir`` (checked first)."""
+    output.check(out_dir, "bench")
     data = collect()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(data, indent=1))

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from reports.plots import PLOTS
-from reports.scenarios import SCENARIOS
+from reportgen.plots import PLOTS
+from reportgen.scenarios import SCENARIOS
 
 
 def _outcomes():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reports.scenarios import ALL_LEGACY, SCENARIOS, SMALLEST_SCALE, Load, scaled
+from harness.load import Load
+from reportgen.scenarios import SCENARIOS, SMALLEST_SCALE, scaled
 
 
 def test_scaled_shrinks_but_keeps_the_floor():
@@ -28,6 +29,17 @@ def test_load_gives_loadgen_flags():
     assert "--ignore-eos" in args
 
 
+def test_a_dataset_replaces_the_random_prompts():
+    args = Load(4, 8, 16, 32, seed=3, dataset=("--dataset", "custom"), extra=("--model", "m")).loadgen_args()
+    assert "--random-input-len" not in args and args[-2:] == ["--model", "m"]
+    assert args[args.index("--dataset") + 1] == "custom" and args[args.index("--seed") + 1] == "3"
+
+
+def test_only_the_torch_scenario_measures_the_torch_engine():
+    assert SCENARIOS["torch"].fingerprint_excludes == ()
+    assert all(s.fingerprint_excludes for name, s in SCENARIOS.items() if name != "torch")
+
+
 @pytest.mark.parametrize("scale", [0.0, SMALLEST_SCALE / 2, 1.5])
 def test_scale_out_of_range_is_refused(scale):
     with pytest.raises(ValueError, match="scale"):
@@ -44,9 +56,13 @@ def test_run_names_are_unique_and_first_run_is_a_baseline(name, scale):
 
 def test_default_scale_matches_the_issue():
     storm = SCENARIOS["storm"].runs(1.0)
-    assert storm[0].load.concurrency == 2048 and storm[0].flags[-1:] == ALL_LEGACY
+    assert storm[0].load.concurrency == 2048 and "--all-legacy" in storm[0].flags
     assert all(r.flags[:2] == ("--disaggregation-mode", "decode") for r in storm)
-    assert {r.name for r in storm} == {"all-legacy", "all-optimized", "H1-legacy-only", "H2-legacy-only"}
+    forms = {"all-legacy", "all-optimized", "H1-legacy-only", "H2-legacy-only"}
+    assert {r.name for r in storm} == forms | {f"{f}-no-yield" for f in forms}
+    for run in storm:
+        recv = run.flags[run.flags.index("--ipc-recv") + 1]
+        assert recv == run.params["ipc_recv"] == ("no-yield" if run.name.endswith("-no-yield") else "yield")
     long_output = [r for r in SCENARIOS["long-output"].runs(1.0) if not r.params.get("sweep")]
     assert {r.load.output_len for r in long_output} == {16384}
     assert not any("--incremental-streaming-output" in r.flags for r in long_output[:4])

@@ -8,10 +8,11 @@ from dataclasses import asdict
 from html import escape
 from pathlib import Path
 
+from harness import provenance
+from harness.run import PROCESSES
 from reference_impl.placement import describe
-from reports import flamegraph, machine, plots
-from reports.analysis import cost_by_length, is_sweep, loglog_slope, ratio
-from reports.runner import PROCESSES
+from reportgen import flamegraph, machine, plots
+from reportgen.analysis import cost_by_length, is_sweep, loglog_slope, ratio
 
 LOADGEN_ROWS = (
     ("completed", "completed requests"), ("failed", "failed requests"), ("duration", "duration (s)"),
@@ -59,6 +60,7 @@ def server_rows(outcome) -> dict[str, float | None]:
     rows = {f"CPU s, {p}": outcome.cpu_s.get(p) for p in PROCESSES}
     rows["CPU ms per 1K output tokens (all processes)"] = 1e6 * total_cpu / tokens if tokens else None
     rows["CPU ms per 1K output tokens (http)"] = 1e6 * outcome.cpu_s["http"] / tokens if tokens else None
+    rows["output tokens per SSE chunk"] = outcome.derived.get("tokens_per_chunk")
     rows["prefill steps"] = outcome.metrics.get("num_prefill_steps")
     rows["decode steps"] = outcome.metrics.get("num_decode_steps")
     for key, value in sorted(outcome.metrics.items()):
@@ -71,7 +73,8 @@ def summary(scenario, scale: float, settings, outcomes, elapsed_s: float) -> dic
     """Everything the page and README show, as plain data (written as summary.json)."""
     return {
         "scenario": scenario.name, "title": scenario.title(scale), "hot_paths": list(scenario.hot_paths),
-        "scale": scale, "sampling_rate_hz": settings.rate, "profile_duration_s": settings.duration,
+        "scale": scale, "provenance": provenance.record(scenario.fingerprint_excludes),
+        "sampling_rate_hz": settings.rate, "profile_duration_s": settings.duration,
         "server_flags": list(settings.server_flags), "elapsed_s": round(elapsed_s, 1),
         "machine": machine.describe(settings.py_spy),
         "placement": describe(settings.placement),
@@ -204,7 +207,7 @@ def page(scenario, data: dict, outcomes, svgs, images: dict[str, str]) -> str:
 <p>{escape(scenario.description)}</p>
 <p>Hot paths: {escape(", ".join(scenario.hot_paths))}. Scale {data["scale"]}; load per run: {escape(json.dumps(load))}.
 py-spy at {data["sampling_rate_hz"]} Hz, idle frames off, every server process recorded while the load ran.
-Command: <code>python -m reports run {escape(scenario.name)} --scale {data["scale"]} --rate {data["sampling_rate_hz"]}</code>.</p>
+Command: <code>python -m reportgen run {escape(scenario.name)} --scale {data["scale"]} --rate {data["sampling_rate_hz"]}</code>.</p>
 <ul>{runs}</ul>
 <p>Placement: {escape(data.get("placement", ""))}.</p>
 <h2>Load (loadgen)</h2><p>Ratios are against the first column. <strong>{escape(too_few_note(outcomes))}</strong></p>
@@ -228,16 +231,18 @@ def readme(scenario, data: dict) -> str:
     names = [r["name"] for r in data["runs"]]
     keys = ("output_throughput", "median_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms")
     lines = [f"# {scenario.name}: {data['title']}", "", scenario.description, "",
-             f"`python -m reports run {scenario.name} --scale {data['scale']} --rate "
+             f"`python -m reportgen run {scenario.name} --scale {data['scale']} --rate "
              f"{data['sampling_rate_hz']}` on {data['machine']['CPU']}, {data['machine']['cores']} "
-             f"cores, GPU: {data['machine']['GPU']}; commit {data['machine']['commit']}; "
+             f"cores, GPU: {data['machine']['GPU']}; commit {data['machine']['commit']}, code "
+             f"fingerprint {data['provenance']['fingerprint']}; "
              f"{data['elapsed_s']:.0f} s in all; {data.get('placement', '')}. Open `index.html` "
              "for the flamegraphs and plots.", "",
              *([f"**{data['too_few_samples']}**", ""] if data.get("too_few_samples") else []),
-             "| run | " + " | ".join(keys) + " | http CPU s | scheduler CPU s | detokenizer CPU s | prefill steps | client-bound |",
-             "|---" * (len(keys) + 6) + "|"]
+             "| run | " + " | ".join(keys) + " | tokens per chunk | http CPU s | scheduler CPU s | detokenizer CPU s | prefill steps | client-bound |",
+             "|---" * (len(keys) + 7) + "|"]
     for r in (r for r in data["runs"] if not r["sweep"]):
         cells = [fmt(r["loadgen"].get(k)) for k in keys]
+        cells.append(fmt(r["server"].get("output tokens per SSE chunk")))
         cells += [fmt(r["cpu_s"].get(p)) for p in PROCESSES]
         cells += [fmt(r["server"].get("prefill steps")), str(r["client_bound"])]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")

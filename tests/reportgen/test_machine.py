@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from reports.machine import commit, describe
-from reports.profiler import find_py_spy
+from harness.profiler import find_py_spy
+from reportgen.machine import commit, describe
 
 
 def test_describe_names_the_machine_and_versions():

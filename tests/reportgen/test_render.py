@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.render import fmt, fmt_ratio
+from reportgen.render import fmt, fmt_ratio
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run")
@@ -49,7 +49,7 @@ def _outcome(name: str, completed: int):
 
 
 def test_runs_too_small_to_judge_get_no_ratios():
-    from reports.render import MIN_COMPLETED, _compare_rows, too_few_note
+    from reportgen.render import MIN_COMPLETED, _compare_rows, too_few_note
 
     big, small = _outcome("a", MIN_COMPLETED), _outcome("b", MIN_COMPLETED - 1)
     data = {"a": {"x": 1.0}, "b": {"x": 2.0}, "c": {"x": 3.0}}

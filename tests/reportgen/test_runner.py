@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from reports.profiler import read_stacks
-from reports.runner import PROCESSES
-from tests.reports.conftest import run_cli
+from harness.profiler import read_stacks
+from harness.run import PROCESSES
+from tests.reportgen.conftest import run_cli
 
 
 def test_report_has_its_files(report: Path):
@@ -105,6 +105,7 @@ def test_failing_run_keeps_an_existing_report(tmp_path):
     out = tmp_path / "storm"
     out.mkdir()
     (out / "index.html").write_text("previous report")
+    (out / "summary.json").write_text(json.dumps({"scenario": "storm"}))
     proc = run_cli("run", "storm", "--scale", "0.01", "--out-dir", str(out),
                    "--server-flag=--max-running-requests=0")
     assert proc.returncode == 1

@@ -1,0 +1,72 @@
+"""The code fingerprint: what makes a published figure stale, and what does not."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import provenance
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the measured packages, to edit."""
+    for package in provenance.MEASURED:
+        shutil.copytree(provenance.ROOT / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_copy_has_the_same_fingerprint(tree: Path):
+    assert provenance.fingerprint(tree) == provenance.fingerprint()
+
+
+def test_a_code_change_changes_it(tree: Path):
+    before = provenance.fingerprint(tree)
+    _edit(tree / "reference_impl/server/wakeups.py", "await asyncio.sleep(0)", "await asyncio.sleep(0.0)")
+    assert provenance.fingerprint(tree) != before
+
+
+def test_a_change_in_loadgen_changes_it(tree: Path):
+    before = provenance.fingerprint(tree)
+    path = tree / "loadgen/sse.py"
+    path.write_text(path.read_text() + "\nEXTRA = 1\n")
+    assert provenance.fingerprint(tree) != before
+
+
+def test_comments_docstrings_and_layout_do_not(tree: Path):
+    before = provenance.fingerprint(tree)
+    path = tree / "reference_impl/server/wakeups.py"
+    text = path.read_text()
+    text = text.replace('"""H1: how', '"""H1 (reworded docstring): how', 1)
+    path.write_text("# a new comment\n" + text.replace("\n\n\nclass", "\n\n\n# note\nclass") + "\n\n")
+    assert provenance.fingerprint(tree) == before
+
+
+def test_never_measured_and_excluded_parts_do_not(tree: Path):
+    before = provenance.fingerprint(tree, exclude=(provenance.TORCH_ENGINE,))
+    (tree / "loadgen/testserver.py").write_text("X = 1\n")
+    model = tree / provenance.TORCH_ENGINE / "model.py"
+    model.write_text(model.read_text() + "\nY = 2\n")
+    assert provenance.fingerprint(tree, exclude=(provenance.TORCH_ENGINE,)) == before
+    assert provenance.fingerprint(tree) != provenance.fingerprint(provenance.ROOT)
+
+
+def test_a_record_is_fresh_only_while_the_code_is_the_same(tree: Path):
+    record = {"fingerprint": provenance.fingerprint(tree), "fingerprint_excludes": []}
+    assert provenance.is_fresh(record, tree)
+    _edit(tree / "reference_impl/server/wakeups.py", "await asyncio.sleep(0)", "pass")
+    assert not provenance.is_fresh(record, tree)
+
+
+@pytest.mark.parametrize("record", [None, {}, {"commit": "abc"}])
+def test_a_missing_fingerprint_is_never_fresh(record):
+    assert not provenance.is_fresh(record)
