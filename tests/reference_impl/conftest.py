@@ -7,9 +7,10 @@ import json
 import httpx
 import pytest
 
+from harness.prometheus import parse
 from reference_impl.subprocess_server import ServerProcess, start_servers
 
-__all__ = ["MODEL", "ServerProcess", "sse_events", "start_servers", "stream_chunks"]
+__all__ = ["MODEL", "ServerProcess", "metric", "sse_events", "start_servers", "stream_chunks"]
 
 MODEL = "reference-sim"
 
@@ -20,6 +21,18 @@ def server():
     srv = ServerProcess("--sim-profile", "zero").wait_ready()
     yield srv
     srv.stop()
+
+
+def metric(text: str, sample: str, default: float | None = 0.0) -> float:
+    """One sample of the reference server's ``/metrics`` text, written as it is exposed without
+    the ``reference:`` prefix, e.g. ``'num_requests_total{endpoint="chat",status="499"}'``;
+    ``default`` when absent (None: absence fails the test)."""
+    name, _, labels = sample.partition("{")
+    pairs = dict(item.split("=", 1) for item in labels.rstrip("}").split(",") if item)
+    value = parse(text).value("reference:" + name, float("nan"), **{k: v.strip('"') for k, v in pairs.items()})
+    if value != value and default is None:
+        raise AssertionError(f"no sample {sample!r} in /metrics")
+    return default if value != value and default is not None else value
 
 
 def sse_events(response: httpx.Response) -> list[str]:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import re
 
 import httpx
 import pytest
 
-from tests.reference_impl.conftest import MODEL
+from tests.reference_impl.conftest import MODEL, metric
 
 CHAT = "/v1/chat/completions"
 GOOD_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
@@ -62,7 +61,7 @@ def test_bad_request_gets_openai_error_and_server_keeps_serving(server, name):
 
 
 def _tracked(url: str) -> float:
-    return _metric(httpx.get(url + "/metrics", timeout=30).text, "num_tracked_reqs")
+    return metric(httpx.get(url + "/metrics", timeout=30).text, "num_tracked_reqs", None)
 
 
 def test_out_of_range_ints_keep_the_connection_and_leave_no_state(server):
@@ -93,7 +92,7 @@ def test_chat_errors_are_counted_under_chat(server):
     httpx.post(server.url + CHAT, json={**GOOD_CHAT, "n": 1000}, timeout=30)
     after = httpx.get(server.url + "/metrics", timeout=30).text
     label = '_total{endpoint="chat",status="400"}'
-    assert _metric(after, "num_requests" + label) == _metric(before, "num_requests" + label, 0) + 1
+    assert metric(after, "num_requests" + label, None) == metric(before, "num_requests" + label, 0) + 1
 
 
 def test_tokenize_and_detokenize_round_trip(server):
@@ -111,14 +110,6 @@ def test_tokenize_and_detokenize_round_trip(server):
 def test_unknown_path_is_an_openai_404(server):
     response = httpx.get(server.url + "/v1/nothing", timeout=10)
     assert response.status_code == 404 and "error" in response.json()
-
-
-def _metric(text: str, name: str, default: float | None = None) -> float:
-    match = re.search(rf"^reference:{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    if match is None and default is not None:
-        return default
-    assert match, name
-    return float(match.group(1))
 
 
 async def _open_and_drop_streams(url: str, num_streams: int) -> int:
@@ -145,12 +136,12 @@ def test_disconnected_streams_are_aborted_and_freed():
         assert asyncio.run(_open_and_drop_streams(srv.url, 500)) == 500
         for _ in range(100):
             metrics = httpx.get(srv.url + "/metrics", timeout=30).text
-            if _metric(metrics, "num_running_reqs") == 0 and _metric(metrics, "num_waiting_reqs") == 0:
+            if metric(metrics, "num_running_reqs", None) == 0 and metric(metrics, "num_waiting_reqs", None) == 0:
                 break
             asyncio.run(asyncio.sleep(0.2))
-        assert _metric(metrics, "num_running_reqs") == 0
-        assert _metric(metrics, "num_waiting_reqs") == 0
-        assert _metric(metrics, "token_usage") == 0
+        assert metric(metrics, "num_running_reqs", None) == 0
+        assert metric(metrics, "num_waiting_reqs", None) == 0
+        assert metric(metrics, "token_usage", None) == 0
         response = httpx.post(srv.url + CHAT, json=GOOD_CHAT, timeout=30)
         assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"]
     finally:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import re
 
 import httpx
 import openai
 import pytest
 
-from tests.reference_impl.conftest import MODEL, ServerProcess
+from tests.reference_impl.conftest import MODEL, ServerProcess, metric
 
 PROMPT = "Grüße aus 東京 🚀, naïve café?"
 # A slow per-token transfer (1 ms) so that a long prompt is still in flight when it is aborted;
@@ -29,12 +28,6 @@ def server():
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-
-
-def _metric(text: str, name: str) -> float:
-    match = re.search(rf"^reference:{name} (\S+)$", text, re.MULTILINE)
-    assert match, name
-    return float(match.group(1))
 
 
 def _metrics(server) -> str:
@@ -83,21 +76,21 @@ def test_one_token_request_finishes_on_the_handed_over_token(client):
 def test_metrics_show_transfers_and_no_prefill(client, server):
     client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5)
     metrics = _metrics(server)
-    assert _metric(metrics, "num_prefill_steps") == 0
-    assert _metric(metrics, "num_decode_steps") > 0
-    assert _metric(metrics, "num_kv_transfers") > 0
+    assert metric(metrics, "num_prefill_steps", None) == 0
+    assert metric(metrics, "num_decode_steps", None) > 0
+    assert metric(metrics, "num_kv_transfers", None) > 0
 
 
 async def _abort_while_in_flight(server) -> tuple[float, float]:
     body = {"model": MODEL, "prompt": "a" * LONG_PROMPT_LEN, "max_tokens": 10}
     async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
-        landed_before = _metric((await http.get("/metrics")).text, "num_kv_transfers")
+        landed_before = metric((await http.get("/metrics")).text, "num_kv_transfers", None)
         task = asyncio.create_task(http.post("/v1/completions", json=body))
         for _ in range(600):
-            if _metric((await http.get("/metrics")).text, "num_transferring_reqs") == 1:
+            if metric((await http.get("/metrics")).text, "num_transferring_reqs", None) == 1:
                 break
             await asyncio.sleep(0.05)
-        in_flight = _metric((await http.get("/metrics")).text, "num_transferring_reqs")
+        in_flight = metric((await http.get("/metrics")).text, "num_transferring_reqs", None)
         task.cancel()  # the client goes away: the server aborts the request
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -109,10 +102,10 @@ def test_client_gone_during_transfer_frees_the_request(server):
     assert in_flight == 1
     for _ in range(200):
         metrics = _metrics(server)
-        if _metric(metrics, "num_transferring_reqs") == 0:
+        if metric(metrics, "num_transferring_reqs", None) == 0:
             break
         asyncio.run(asyncio.sleep(0.1))
-    assert _metric(metrics, "num_transferring_reqs") == 0
-    assert _metric(metrics, "token_usage") == 0
+    assert metric(metrics, "num_transferring_reqs", None) == 0
+    assert metric(metrics, "token_usage", None) == 0
     # freed by the abort, not by landing (its transfer takes 30 s)
-    assert _metric(metrics, "num_kv_transfers") == landed_before
+    assert metric(metrics, "num_kv_transfers", None) == landed_before

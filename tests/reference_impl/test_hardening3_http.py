@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import socket
 import threading
 import time
@@ -12,7 +11,7 @@ import httpx
 import pytest
 
 from reference_impl.subprocess_server import ServerProcess
-from tests.reference_impl.conftest import MODEL
+from tests.reference_impl.conftest import MODEL, metric
 
 LINE = b"X-Pad: " + b"a" * 8000 + b"\r\n"
 
@@ -73,11 +72,6 @@ def _open_unread_stream(port: int) -> socket.socket:
     return sock
 
 
-def _metric(text: str, sample: str) -> float:
-    match = re.search(rf"^reference:{re.escape(sample)} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
-
-
 @pytest.mark.parametrize("form", ["reference", "reference-full"])
 def test_a_client_that_stops_reading_is_cut_off_as_499(form):
     with ServerProcess("--sim-profile", "zero", "--stream-output", form,
@@ -91,15 +85,15 @@ def test_a_client_that_stops_reading_is_cut_off_as_499(form):
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
                 metrics = httpx.get(srv.url + "/metrics", timeout=30).text
-                if _metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') >= 5:
+                if metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') >= 5:
                     break
                 assert _rss_mb(http) - before < 1000, "stopped early: memory kept growing"
                 time.sleep(0.5)
         finally:
             for sock in socks:
                 sock.close()
-        assert _metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') == 5
-        assert _metric(metrics, "num_tracked_reqs") == 0
+        assert metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') == 5
+        assert metric(metrics, "num_tracked_reqs") == 0
         assert _rss_mb(http) - before < 300
 
 

@@ -4,7 +4,6 @@ a client leaving a non-streamed request is a 499 (not a 500)."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import time
@@ -12,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.reference_impl.conftest import MODEL, ServerProcess
+from tests.reference_impl.conftest import MODEL, ServerProcess, metric
 
 READ_TIMEOUT_S = 2
 
@@ -25,11 +24,6 @@ def _closed_within(sock: socket.socket, timeout: float) -> bool:
         return True
     except TimeoutError:
         return False
-
-
-def _metric(text: str, name: str) -> float:
-    match = re.search(rf"^reference:{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
 
 
 def test_idle_and_half_request_sockets_are_closed_after_the_read_timeout(tmp_path):
@@ -50,8 +44,8 @@ def test_idle_and_half_request_sockets_are_closed_after_the_read_timeout(tmp_pat
                 sock.close()
         assert httpx.get(srv.url + "/v1/models", timeout=30).status_code == 200
         metrics = httpx.get(srv.url + "/metrics", timeout=30).text
-        assert _metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') == len(cut)
-        assert _metric(metrics, 'num_requests_total{endpoint="chat",status="500"}') == 0
+        assert metric(metrics, 'num_requests_total{endpoint="chat",status="499"}') == len(cut)
+        assert metric(metrics, 'num_requests_total{endpoint="chat",status="500"}') == 0
     assert "Traceback" not in log.read_text()
 
 
@@ -62,11 +56,11 @@ def test_health_is_503_while_the_scheduler_hangs_and_200_after():
         try:
             assert httpx.get(srv.url + "/health", timeout=30).status_code == 503
             metrics = httpx.get(srv.url + "/metrics", timeout=30).text
-            assert _metric(metrics, "scheduler_up") == 0
+            assert metric(metrics, "scheduler_up") == 0
         finally:
             os.kill(scheduler, signal.SIGCONT)
         assert httpx.get(srv.url + "/health", timeout=30).status_code == 200
-        assert _metric(httpx.get(srv.url + "/metrics", timeout=30).text, "scheduler_up") == 1
+        assert metric(httpx.get(srv.url + "/metrics", timeout=30).text, "scheduler_up") == 1
 
 
 def test_client_leaving_a_non_streamed_request_is_a_499_and_frees_it():
@@ -80,10 +74,10 @@ def test_client_leaving_a_non_streamed_request_is_a_499_and_frees_it():
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             text = httpx.get(srv.url + "/metrics", timeout=30).text
-            if _metric(text, 'num_requests_total{endpoint="chat",status="499"}') == 1:
+            if metric(text, 'num_requests_total{endpoint="chat",status="499"}') == 1:
                 break
             time.sleep(0.2)
-        assert _metric(text, 'num_requests_total{endpoint="chat",status="499"}') == 1
-        assert _metric(text, 'num_requests_total{endpoint="chat",status="500"}') == 0
-        assert _metric(text, "num_tracked_reqs") == 0
-        assert _metric(text, "num_running_reqs") == 0
+        assert metric(text, 'num_requests_total{endpoint="chat",status="499"}') == 1
+        assert metric(text, 'num_requests_total{endpoint="chat",status="500"}') == 0
+        assert metric(text, "num_tracked_reqs") == 0
+        assert metric(text, "num_running_reqs") == 0
