@@ -86,26 +86,34 @@ def _times(r: float) -> str:
     return f"{r:.2f}x" if r >= 0.01 else f"1/{1 / r:,.0f}"
 
 
-def _storm_tput_in(scenario: str):
+def _storm_tput_in(scenario: str, regime: str = ""):
+    """H1+H2 throughput in ``scenario``; ``regime`` is the run-name suffix of an IPC regime."""
     def measure(s):
-        text, r = _pair(s, scenario, "all-legacy", "all-optimized", "output_throughput", " tok/s")
+        name = lambda form: form + regime  # noqa: E731
+        text, r = _pair(s, scenario, name("all-legacy"), name("all-optimized"), "output_throughput", " tok/s")
         parts, ratios = [f"all: {text}"], [f"{r} (all)"]
         for hp in ("H1", "H2"):
-            alone, r_alone = _pair(s, scenario, f"{hp}-legacy-only", "all-optimized", "output_throughput")
+            alone, r_alone = _pair(s, scenario, name(f"{hp}-legacy-only"), name("all-optimized"),
+                                   "output_throughput")
             parts.append(f"{hp} alone: {alone}")
             ratios.append(f"{r_alone} ({hp})")
-        bound = [r["name"] for r in s[scenario]["runs"] if r.get("client_bound")]
+        chunks = [_run(s, scenario, name(f))["server"]["output tokens per SSE chunk"]
+                  for f in ("all-legacy", "H1-legacy-only", "all-optimized")]
+        parts.append("output tokens per SSE chunk: all-legacy {:.2f}, H1-legacy-only {:.2f}, "
+                     "all-optimized {:.2f}".format(*chunks))
+        runs = {name(f) for f in ("all-legacy", "all-optimized", "H1-legacy-only", "H2-legacy-only")}
+        bound = [r["name"] for r in s[scenario]["runs"] if r.get("client_bound") and r["name"] in runs]
         if bound:
             parts.append("client-bound: " + ", ".join(bound))
         return "; ".join(parts), "; ".join(ratios)
     return measure
 
 
-def _storm_latency_in(scenario: str):
+def _storm_latency_in(scenario: str, regime: str = ""):
     def measure(s):
         parts, ratios = [], []
         for key, label in (("mean_tpot_ms", "TPOT"), ("mean_itl_ms", "mean ITL"), ("p99_itl_ms", "p99 ITL")):
-            text, r = _pair(s, scenario, "all-legacy", "all-optimized", key, " ms", 1)
+            text, r = _pair(s, scenario, "all-legacy" + regime, "all-optimized" + regime, key, " ms", 1)
             parts.append(f"{label} {text}")
             ratios.append(f"{label} {r}")
         return "; ".join(parts), "; ".join(ratios)
@@ -182,21 +190,30 @@ def _h6(s):
 
 
 WHY = {
-    1: "Does not hold as throughput; H2 alone does. With immediate wake-ups (legacy H1) a "
-       "batch's consumers run only after the whole batch, so a saturated HTTP process finds "
-       "several outputs queued per stream and sends them as one SSE chunk (mean ITL 528 ms at "
-       "TPOT 53 ms: about 10 tokens a chunk). Batched wake-ups let consumers run every 16 "
-       "requests, so nearly every token becomes its own chunk, and the per-chunk ASGI send and "
-       "socket write dominate: HTTP CPU 9.1 → 13.9 s for the same tokens. msgspec (H2) cuts "
-       "HTTP CPU 22.4 → 13.9 s under batched wake-ups. Upstream's 'no higher ITL' suggests its "
-       "legacy consumers did not coalesce this much; what kept them caught up was not found. "
-       "Every run is flagged client-bound (event-loop lag p99 100–400 ms as 2048 chunks land per "
-       "step on the shared core), so none is a headline, but the HTTP process's CPU time equals "
-       "the wall time in every run: it is the limit. Runs differ by up to 15% between repeats. "
-       "On one modelled H100 (storm-h100-llama-8b: 4,011 → 4,047 tok/s) the model sets the pace.",
-    2: "Half holds: ITL far lower (mean 0.23x, p99 0.34x) because consumers no longer wait out "
-       "a whole batch; TPOT is higher because throughput falls (row 1). With the slower "
-       "decode node (second column) TPOT is on par and ITL lower, as upstream says.",
+    1: "Holds in upstream's default IPC regime (first column, `--ipc-recv yield`: pickle IPC, one "
+       "event-loop turn per received message). Every consumer then runs once per engine step in "
+       "every form, so all forms send the same SSE chunks (tokens per chunk sit at the "
+       "byte-level tokenizer's floor: a multi-byte character spans several tokens and goes out "
+       "as one piece of text) and differ only in CPU per chunk: msgspec (H2) encodes a chunk for "
+       "a fraction of pydantic's cost, and batched wake-ups (H1) run each group of 16 consumers "
+       "right after their outputs are queued rather than 2048 at once after the whole batch. "
+       "The HTTP process is the limit (its CPU time is about its wall time), so less CPU per "
+       "token is more tokens per second. Under upstream's opt-in msgpack IPC (second column, "
+       "`--ipc-recv no-yield`, SGLANG_USE_PICKLE_IPC=0) the receive loop does not yield while a "
+       "backlog lasts: immediate wake-ups let legacy consumers find several outputs queued and "
+       "send them as one chunk, which cuts the per-chunk cost, and batched wake-ups (a yield "
+       "every 16 requests) stop that coalescing; there H1 costs throughput and buys ITL (the "
+       "0.65x this project published before it named the two regimes). Every 2048-stream run is "
+       "flagged client-bound (loadgen's loop lags as 2048 chunks land per step on the core it "
+       "shares with the scheduler and detokenizer), so none is a headline figure.",
+    2: "Holds in the default regime: TPOT and ITL fall with the throughput, since every form "
+       "sends one chunk per stream per step. In the no-yield regime (second column) legacy's "
+       "coalesced chunks give a low TPOT and a high ITL; the optimized forms trade throughput "
+       "for a lower ITL.",
+    12: "Where the model's step, not the HTTP process, sets the pace (a decode node modelled as "
+        "one H100 with an 8B model, 70 ms a step at 2048 sequences; second column: one modelled "
+        "H100 doing prefill and decode), the forms are close: the optimized HTTP process only "
+        "has more idle time.",
     3: "Holds: legacy grows quadratically (end-to-end slope above 2: the per-step id copy and "
        "the text string both grow), the optimized default is linear. Upstream's #22567 alone "
        "(`--stream-output reference-full`) keeps an O(n) string per wake-up and stays "
@@ -244,15 +261,20 @@ WHY = {
 DP = "bench: python -m benchmarks.h5_regime (virtual clock), DP attention 4 ranks, gb200-moe-dp, conc 128, ISL = OSL = 1000"
 ONE_RANK = "same, one rank, h100-llama-8b"
 STORM_PD = ("storm: 2048 streams, 128/128, PD decode node (pd-decode-fast: 24 ms a step, so the "
-            "HTTP process limits every form), HTTP process pinned to its own core, client on the other")
+            "HTTP process limits every form), --ipc-recv yield (upstream's default pickle IPC), HTTP "
+            "process pinned to its own core, client on the other")
+NO_YIELD = ("same, --ipc-recv no-yield (upstream with SGLANG_USE_PICKLE_IPC=0: no event-loop turn "
+            "while received messages are queued)")
 STORM_H100 = "storm-pd-decode-h100: as storm, decode node modelled as one H100 with an 8B model (70 ms a step)"
+ONE_H100 = "storm-h100-llama-8b: one modelled H100 doing prefill and decode for an 8B model"
 
 CLAIMS = (
     Claim("H1+H2", "≈ +20% streaming output throughput", "PD-disaggregated SGLang, 2048 concurrent streams",
-          STORM_PD, _storm_tput_in("storm"), WHY[1],
-          _storm_tput_in("storm-pd-decode-h100"), STORM_H100),
+          STORM_PD, _storm_tput_in("storm"), WHY[1], _storm_tput_in("storm", "-no-yield"), NO_YIELD),
     Claim("H1+H2", "lower TPOT, no higher ITL", "as above", "storm, as above",
-          _storm_latency_in("storm"), WHY[2], _storm_latency_in("storm-pd-decode-h100"), STORM_H100),
+          _storm_latency_in("storm"), WHY[2], _storm_latency_in("storm", "-no-yield"), NO_YIELD),
+    Claim("H1+H2", "≈ +20% streaming output throughput", "as above", STORM_H100,
+          _storm_tput_in("storm-pd-decode-h100"), WHY[12], _storm_tput_in("storm-h100-llama-8b"), ONE_H100),
     Claim("H3", "copy + join per step 1.3 µs at 331 tokens → 21.3 µs at 5,247 (O(n) per step, O(n²) per request)",
           "SGLang tokenizer manager, per-step micro-measurement",
           "bench (one chat request through the serving layer) and long-output (HTTP CPU per request "
