@@ -20,12 +20,13 @@ from reportgen.reproduction import (
 from tests.reportgen.conftest import run_cli
 
 
-def _storm(legacy: float, optimized: float) -> dict:
-    def run(name, tput, bound=False):
-        return {"name": name, "client_bound": bound,
+def _storm(legacy: float, optimized: float, suffix: str = "") -> dict:
+    def run(name, tput, bound=False, chunk=1.5):
+        return {"name": name + suffix, "client_bound": bound,
+                "server": {"output tokens per SSE chunk": chunk},
                 "loadgen": {"output_throughput": tput, "mean_tpot_ms": 10.0, "mean_itl_ms": 20.0,
                             "p99_itl_ms": 40.0}}
-    return {"runs": [run("all-legacy", legacy), run("all-optimized", optimized),
+    return {"runs": [run("all-legacy", legacy, chunk=6.0), run("all-optimized", optimized),
                      run("H1-legacy-only", legacy), run("H2-legacy-only", optimized, True)]}
 
 
@@ -37,10 +38,15 @@ def test_one_row_per_claim_and_missing_reports_read_not_run():
 
 def test_storm_rows_are_measured_from_the_summary(tmp_path):
     (tmp_path / "storm").mkdir()
-    (tmp_path / "storm" / "summary.json").write_text(json.dumps(_storm(1000.0, 1200.0)))
+    yielding, no_yield = _storm(1000.0, 1200.0), _storm(900.0, 600.0, "-no-yield")
+    summary = {"runs": yielding["runs"] + no_yield["runs"]}
+    (tmp_path / "storm" / "summary.json").write_text(json.dumps(summary))
     rows = table(load_summaries(tmp_path)).splitlines()[2:]
     assert "all: 1,000 → 1,200 tok/s" in rows[0] and "| 1.20x (all); 1.20x (H1); 1.00x (H2) |" in rows[0]
-    assert "client-bound: H2-legacy-only" in rows[0]
+    assert "tokens per SSE chunk: all-legacy 6.00, H1-legacy-only 1.50, all-optimized 1.50" in rows[0]
+    assert "client-bound: H2-legacy-only |" in rows[0]
+    assert "all: 900 → 600 tok/s" in rows[0] and "0.67x (all)" in rows[0]  # the no-yield column
+    assert "client-bound: H2-legacy-only-no-yield" in rows[0]
     assert "TPOT 1.00x" in rows[1]
     assert "not run" in rows[2]
 
@@ -56,10 +62,11 @@ def test_h5_rows_are_read_from_the_bench_summary(tmp_path):
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "summary.json").write_text(json.dumps(bench))
     lines = table(load_summaries(tmp_path)).splitlines()[2:]
-    assert "8,000 → 4,000 tok/s" in lines[6] and "| 0.50x |" in lines[6]
-    assert "| 50.00x |" in lines[7]
-    assert "conc 16: 1.11x" in lines[9] and "conc 128: 1.50x" in lines[9]
-    assert "not run" in lines[6].split("|")[8]  # no one-rank setting in this summary
+    h5 = next(i for i, line in enumerate(lines) if "| H5 |" in line)
+    assert "8,000 → 4,000 tok/s" in lines[h5] and "| 0.50x |" in lines[h5]
+    assert "| 50.00x |" in lines[h5 + 1]
+    assert "conc 16: 1.11x" in lines[h5 + 3] and "conc 128: 1.50x" in lines[h5 + 3]
+    assert "not run" in lines[h5].split("|")[8]  # no one-rank setting in this summary
 
 
 def _write(tmp_path, name: str, summary: dict) -> None:
@@ -83,7 +90,7 @@ def test_stale_or_scaled_rows_are_marked(tmp_path, summary_extra, mark):
     _write(tmp_path, "storm", {**_storm(1000.0, 1200.0), **summary_extra})
     rows = table(load_summaries(tmp_path)).splitlines()[2:]
     assert f"**{mark}" in rows[0] and f"**{mark}" in rows[1]
-    assert "stale" not in rows[2]  # a row that reads no storm summary
+    assert "stale" not in rows[3]  # a row that reads no storm summary
 
 
 def test_a_broken_summary_is_named(tmp_path):
