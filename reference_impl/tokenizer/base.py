@@ -47,12 +47,13 @@ class Tokenizer(ABC):
 
 
 def message_text(content: object) -> str:
-    """The text of an OpenAI message content: a string, None, or a list of text parts."""
+    """The text of an OpenAI message content: a string, None, or a list of text parts (joined
+    with newlines, as the chat endpoint and vLLM do)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
 def render_plain_chat(messages: list[dict]) -> str:

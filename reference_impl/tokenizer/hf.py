@@ -43,6 +43,8 @@ class HFTokenizer(Tokenizer):
         file = resolve_tokenizer_file(path)
         self._tok = tokenizers.Tokenizer.from_file(str(file))
         config = _read_config(file.parent / CONFIG_FILE)
+        # NOTE: as transformers does: special tokens spelled in the text are encoded as text.
+        self._tok.encode_special_tokens = bool(config.get("split_special_tokens"))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         eos_token_id = self._find_token_id(config.get("eos_token"), EOS_NAMES)
         if eos_token_id is None:
@@ -53,7 +55,8 @@ class HFTokenizer(Tokenizer):
                                            self._token_text(self.eos_token_id))
 
     def encode(self, text: str) -> list[int]:
-        """The ids of ``text``; added tokens written in the text are recognised, none are added."""
+        """The ids of ``text``; added tokens written in the text are recognised (unless the config
+        says ``split_special_tokens``), none are added."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:

@@ -82,4 +82,4 @@ def test_chat_template_accepts_text_parts_and_null_content():
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
         {"role": "assistant", "content": None},
     ]
-    assert tok.apply_chat_template(messages) == "<|user|>\nab\n<|assistant|>\n\n<|assistant|>\n"
+    assert tok.apply_chat_template(messages) == "<|user|>\na\nb\n<|assistant|>\n\n<|assistant|>\n"
