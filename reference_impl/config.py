@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference_impl.hot_paths import HOT_PATHS
+from reference_impl.hot_paths import HOT_PATHS, all_legacy_flags
 
 ENGINES = ("sim", "torch")
 SIM_TIMES = ("real", "virtual")
@@ -292,23 +292,12 @@ _HELP = {
                                   "to the KV landing (the prefill node's step plus the handshake).",
     "disaggregation_transfer_per_token_us": "[decode] Per-prompt-token part of that delay (the "
                                             "prefill node's compute plus the RDMA copy).",
-    "wakeup": "[H1, sglang#22658] 'immediate' sets every waiting stream's event at once (legacy); "
-              "'batched' sets events in groups and yields between groups.",
     "batch_notify_size": "[H1] Requests per wake-up group in the batched form (0 or 1: every request).",
-    "sse_encoder": "[H2, sglang#22658] SSE chat chunks via 'pydantic' models (legacy) or 'msgspec' Structs.",
-    "stream_output": "[H3, sglang#22567] Non-incremental streaming: 'copy' queues a copy of all ids and "
-                     "text per step (legacy); 'reference-full' queues a reference and builds the "
-                     "whole text once per wake-up (upstream exactly); 'reference' (default, past "
-                     "upstream) hands the consumer only the text added since its last wake-up.",
     "incremental_streaming_output": "Queue only new ids/text per output instead of the cumulative ones.",
-    "token_storage": "[H4, sglang#25098] Request token ids as 'list' (legacy) or array('q').",
     "enable_prefill_delayer": "[H5] Consult the prefill delayer before each prefill.",
     "prefill_delayer_max_delay_passes": "[H5] Passes a mixed-rank delay may last before 'wait_timeout'.",
     "prefill_delayer_token_usage_low_watermark": "[H5] KV usage below which prefill is always allowed.",
-    "prefill_delayer_queue_min_ratio": "[H5, sglang#23189] Enables the queue trigger (unset: slot "
-                                       "condition only, the legacy form).",
     "prefill_delayer_max_delay_ms": "[H5] Wall-clock cap of a queue-triggered delay (default 5000).",
-    "stream_delta": "[H6, sglang#22606] Stream deltas by 'concat' string buffers (legacy) or integer 'offset'.",
 }
 
 
@@ -327,9 +316,11 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             parser.add_argument(flag, action="store_true", help=_HELP.get(f.name))
             continue
         kwargs: dict[str, Any] = {"default": f.default, "help": _HELP.get(f.name), "type": _parse_type(f.type)}
-        hp = next((h for h in HOT_PATHS.values() if h.field == f.name and h.id != "H5"), None)
+        hp = next((h for h in HOT_PATHS.values() if h.field == f.name), None)
         if hp is not None:
-            kwargs["choices"] = hp.choices
+            kwargs["help"] = hp.cli_help
+            if hp.id != "H5":  # H5's flag takes a ratio; unset is its legacy form
+                kwargs["choices"] = hp.choices
         elif f.name == "engine":
             kwargs["choices"] = ENGINES
         elif f.name == "sim_time":
@@ -346,7 +337,8 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
             kwargs["choices"] = IPC_RECV_MODES
         parser.add_argument(flag, **kwargs)
     parser.add_argument("--all-legacy", action="store_true",
-                        help="Select the legacy form of every hot path (H1-H6) at once.")
+                        help="Select the legacy form of every hot path (H1-H6) at once: "
+                             + " ".join(all_legacy_flags()) + ".")
     return parser
 
 

@@ -12,7 +12,9 @@ An output may hold only the end of the cumulative text, from character ``start``
 optimized form hands over only what is new): the trackers index relative to ``start``, so the
 offset form then costs O(new text) per chunk.
 
-With incremental streaming output each output already is the delta and is returned as is.
+With incremental streaming output each output already is the delta and is returned as is; the
+registry maps each form to its ``Incremental*`` class for that mode
+(``HOT_PATHS["H6"].implementation(form, incremental=True)``).
 
 Echo is not the tracker's business: the serving layer prepends the prompt to the first chunk's
 delta and gives the tracker only generated text. Feeding it the echoed text is the upstream
@@ -33,13 +35,6 @@ class DeltaTracker(ABC):
     """Turns each choice's outputs into the text to stream next."""
 
     form: ClassVar[str]
-    incremental_variant: ClassVar[type[DeltaTracker]]
-    """The same form for incremental streaming output (the text is already the delta)."""
-
-    @classmethod
-    def for_mode(cls, incremental: bool) -> type[DeltaTracker]:
-        """This form's tracker class for the output mode; make one instance per response."""
-        return cls.incremental_variant if incremental else cls
 
     @abstractmethod
     def is_first(self, index: int) -> bool:
@@ -111,7 +106,3 @@ def _relative(streamed: int, start: int) -> int:
     if start > streamed:
         raise ValueError(f"output starts at character {start}, past the {streamed} streamed")
     return streamed - start
-
-
-ConcatDeltaTracker.incremental_variant = IncrementalConcatDeltaTracker
-OffsetDeltaTracker.incremental_variant = IncrementalOffsetDeltaTracker

@@ -73,8 +73,8 @@ class ServingBase:
         self.tm = tokenizer_manager
         self.tokenizer = tokenizer
         self.metrics = metrics
-        self.delta_tracker_cls = HOT_PATHS["H6"].implementation(args.stream_delta).for_mode(
-            args.incremental_streaming_output)
+        self.delta_tracker_cls = HOT_PATHS["H6"].implementation(
+            args.stream_delta, incremental=args.incremental_streaming_output)
         self.max_req_kv_tokens: int | None = None  # KV tokens one request may hold; set at start
 
     @property

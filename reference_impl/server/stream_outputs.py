@@ -8,7 +8,8 @@
 - ``TailOutputs`` (optimized default, ``reference``; one step past upstream): as above, but the
   consumer gets only the text added since its previous wake-up, with ``text_start`` saying where
   it begins in the whole text. The H6 offset tracker needs nothing more, so a request is O(n).
-- ``IncrementalOutputs`` (``--incremental-streaming-output``): only the new ids and text.
+- ``IncrementalOutputs`` (``--incremental-streaming-output``): only the new ids and text; the
+  registry gives it for every form in that mode (``HOT_PATHS["H3"].create(form, incremental=True)``).
 
 Every form keeps the request's text as upstream does since sglang#22548: the text built so far
 plus the chunks that arrived since, appended once; never a re-join of every chunk per wake-up.

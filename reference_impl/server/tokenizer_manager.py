@@ -22,7 +22,7 @@ from reference_impl.messages import (
     SchedulerStats,
     TokenizedGenerateReq,
 )
-from reference_impl.server.stream_outputs import IncrementalOutputs, ReqOutput, ReqState
+from reference_impl.server.stream_outputs import ReqOutput, ReqState
 
 _STATS_TIMEOUT_S = 10.0
 
@@ -62,8 +62,8 @@ class TokenizerManager:
         self.args = args
         self._send = send
         self._metrics = metrics
-        self._outputs = (IncrementalOutputs() if args.incremental_streaming_output
-                         else HOT_PATHS["H3"].create(args.stream_output))
+        self._outputs = HOT_PATHS["H3"].create(args.stream_output,
+                                               incremental=args.incremental_streaming_output)
         self._wakeups = HOT_PATHS["H1"].create(args.wakeup, args.batch_notify_size)
         self.rid_to_state: dict[str, ReqState] = {}
         self._stats_waiters: dict[int, asyncio.Future] = {}

@@ -16,8 +16,12 @@ def test_every_form_resolves_to_a_subclass_of_its_interface(hot_path):
     hp = HOT_PATHS[hot_path]
     interface = hp.interface_class()
     assert {hp.legacy, hp.optimized} <= set(hp.choices)
+    assert getattr(interface, "__abstractmethods__", None), f"{interface} is not abstract"
     for form in hp.choices:
-        assert issubclass(hp.implementation(form), interface), form
+        for incremental in (False, True):
+            impl = hp.implementation(form, incremental=incremental)
+            assert issubclass(impl, interface) and not impl.__abstractmethods__, (form, impl)
+    assert set(hp.incremental_forms) <= set(hp.forms)
 
 
 @pytest.mark.parametrize("hot_path", list(HOT_PATHS))
@@ -67,16 +71,34 @@ def test_h5_optimized_flags_enable_the_queue_trigger():
 def test_argparse_choices_and_help_come_from_the_registry():
     parser = build_parser()
     for hp in HOT_PATHS.values():
-        if hp.id == "H5":
-            continue
         action = next(a for a in parser._actions if hp.flag in a.option_strings)
-        assert tuple(action.choices) == hp.choices
+        assert action.help == hp.cli_help and hp.help and hp.upstream in action.help
+        if hp.id != "H5":
+            assert tuple(action.choices) == hp.choices
+
+
+@pytest.mark.parametrize("hot_path", list(HOT_PATHS))
+def test_server_flags_select_every_form_variants_included(hot_path):
+    hp = HOT_PATHS[hot_path]
+    for form in hp.choices:
+        args = from_cli(["--enable-prefill-delayer", *hp.server_flags(form)])
+        assert hp.form_of(getattr(args, hp.field)) == form
+        label = {hp.legacy: "legacy", hp.optimized: "optimized"}.get(form, form)
+        assert args.hot_path_forms()[hot_path] == label
+
+
+def test_config_imports_no_heavy_module():
+    code = ("import sys; import reference_impl.config; print(sorted(m for m in ('torch', 'numpy', "
+            "'pydantic', 'msgspec') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def test_the_http_process_does_not_import_torch_through_the_registry():
     code = ("import sys; from reference_impl.config import from_cli; from reference_impl.hot_paths "
             "import HOT_PATHS; HOT_PATHS['H1'].create('batched', 16); HOT_PATHS['H2'].create('msgspec');"
-            " HOT_PATHS['H3'].create('reference'); HOT_PATHS['H6'].implementation('offset');"
+            " [HOT_PATHS[h].implementation(f, incremental=m) for h in ('H3', 'H6')"
+            " for f in HOT_PATHS[h].choices for m in (False, True)];"
             " print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr

@@ -10,6 +10,8 @@ from reference_impl.hot_paths import HOT_PATHS
 from reference_impl.server.deltas import (
     ConcatDeltaTracker,
     DeltaTracker,
+    IncrementalConcatDeltaTracker,
+    IncrementalOffsetDeltaTracker,
     OffsetDeltaTracker,
 )
 
@@ -45,7 +47,7 @@ def stream(tracker: DeltaTracker, outputs: list[tuple[int, str]]) -> dict[int, s
 @pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 @given(per_choice=choices)
 def test_joined_deltas_equal_final_text(form, per_choice):
-    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
+    tracker = HOT_PATHS["H6"].create(form, incremental=False)
     outputs = interleave([cumulative(parts) for parts in per_choice])
     joined = stream(tracker, outputs)
     assert joined == {i: "".join(parts) for i, parts in enumerate(per_choice) if parts}
@@ -54,18 +56,18 @@ def test_joined_deltas_equal_final_text(form, per_choice):
 @pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 @given(per_choice=choices)
 def test_incremental_text_is_the_delta(form, per_choice):
-    tracker = HOT_PATHS["H6"].implementation(form).for_mode(True)()
+    tracker = HOT_PATHS["H6"].create(form, incremental=True)
     outputs = interleave(per_choice)
     deltas = [tracker.delta(index, text) for index, text in outputs]
     assert deltas == [text for _, text in outputs]
-    assert stream(HOT_PATHS["H6"].implementation(form).for_mode(True)(), outputs) == {
+    assert stream(HOT_PATHS["H6"].create(form, incremental=True), outputs) == {
         i: "".join(parts) for i, parts in enumerate(per_choice) if parts}
 
 
 @pytest.mark.parametrize("incremental", [False, True])
 @pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 def test_first_chunk_detected_even_when_empty(form, incremental):
-    tracker = HOT_PATHS["H6"].implementation(form).for_mode(incremental)()
+    tracker = HOT_PATHS["H6"].create(form, incremental=incremental)
     assert tracker.is_first(0) and tracker.is_first(1)
     assert tracker.delta(0, "") == ""
     assert not tracker.is_first(0)
@@ -76,7 +78,7 @@ def test_first_chunk_detected_even_when_empty(form, incremental):
 
 @pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 def test_shorter_final_text_gives_empty_delta(form):
-    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
+    tracker = HOT_PATHS["H6"].create(form, incremental=False)
     assert tracker.delta(0, "Hello") == "Hello"
     assert tracker.delta(0, "Hello EN") == " EN"
     assert tracker.delta(0, "Hello") == ""
@@ -97,7 +99,7 @@ def tails(parts: list[str], wakeups: list[bool]) -> list[tuple[str, int]]:
 @given(parts=pieces, wakeups=st.lists(st.booleans(), min_size=12, max_size=12))
 def test_tail_outputs_stream_the_same_deltas_as_cumulative_ones(form, parts, wakeups):
     outputs = tails(parts, wakeups)
-    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
+    tracker = HOT_PATHS["H6"].create(form, incremental=False)
     deltas = [tracker.delta(0, text, start) for text, start in outputs]
     assert deltas == [text for text, _ in outputs]
     whole = "".join(parts)
@@ -107,7 +109,7 @@ def test_tail_outputs_stream_the_same_deltas_as_cumulative_ones(form, parts, wak
 
 @pytest.mark.parametrize("form", HOT_PATHS["H6"].choices)
 def test_tail_past_the_streamed_text_is_refused(form):
-    tracker = HOT_PATHS["H6"].implementation(form).for_mode(False)()
+    tracker = HOT_PATHS["H6"].create(form, incremental=False)
     tracker.delta(0, "abc")
     with pytest.raises(ValueError, match="starts at character 5"):
         tracker.delta(0, "xyz", start=5)
@@ -126,10 +128,12 @@ def test_echo_stays_outside_the_tracker(parts, prompt):
 
 def test_registry():
     h6 = HOT_PATHS["H6"]
-    assert h6.implementation("concat").for_mode(False) is ConcatDeltaTracker
-    assert h6.implementation("offset").for_mode(False) is OffsetDeltaTracker
-    assert {h6.implementation(f).for_mode(True).form for f in h6.choices} == set(h6.choices)
-    assert all(issubclass(h6.implementation(f).for_mode(m), DeltaTracker)
+    assert h6.implementation("concat") is ConcatDeltaTracker
+    assert h6.implementation("offset") is OffsetDeltaTracker
+    assert h6.implementation("concat", incremental=True) is IncrementalConcatDeltaTracker
+    assert h6.implementation("offset", incremental=True) is IncrementalOffsetDeltaTracker
+    assert {h6.implementation(f, incremental=True).form for f in h6.choices} == set(h6.choices)
+    assert all(issubclass(h6.implementation(f, incremental=m), DeltaTracker)
                for f in h6.choices for m in (False, True))
     with pytest.raises(ValueError, match="rope"):
         h6.implementation("rope")

@@ -66,6 +66,8 @@ def test_intermediate_outputs_per_form():
 
 
 def test_incremental_outputs_merge_what_queued_up():
-    outputs, state = IncrementalOutputs(), _state()
+    for form in HOT_PATHS["H3"].choices:
+        assert type(HOT_PATHS["H3"].create(form, incremental=True)) is IncrementalOutputs
+    outputs, state = HOT_PATHS["H3"].create("reference", incremental=True), _state()
     out = outputs.take(state, [_feed(outputs, state, "a"), _feed(outputs, state, "b")])
     assert (out.text, out.output_ids) == ("ab", [0, 0])

@@ -153,3 +153,36 @@ def test_every_wakeup_form_is_a_wakeups_and_unknown_ones_are_refused():
     assert all(isinstance(h1.create(form, 16), Wakeups) for form in h1.choices)
     with pytest.raises(ValueError, match="immediate, batched"):
         h1.create("sometimes", 16)
+
+
+@pytest.mark.parametrize(("form", "size"), [("immediate", 16), ("batched", 1), ("batched", 3)])
+def test_untracked_requests_are_processed_once_and_count_toward_no_group(form, size):
+    """``process_one`` returns None for a request no longer tracked: no event, no group slot."""
+    calls: list[int] = []
+    events = {i: asyncio.Event() for i in range(10) if i % 3 != 1}
+    set_at_turn: list[int] = []
+
+    def process_one(batch, i: int):
+        calls.append(i)
+        return SimpleNamespace(event=events[i]) if i in events else None
+
+    async def run() -> None:
+        done = False
+
+        async def ticker() -> None:
+            while not done:
+                set_at_turn.append(sum(e.is_set() for e in events.values()))
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        set_at_turn.clear()
+        batch = SimpleNamespace(rids=[f"r{i}" for i in range(10)])
+        await HOT_PATHS["H1"].create(form, size).deliver(batch, process_one)
+        done = True
+        await task
+
+    asyncio.run(run())
+    assert calls == list(range(10)) and all(e.is_set() for e in events.values())
+    # 7 tracked requests: a loop turn after each full group of them, none after the remainder
+    assert set_at_turn == ([] if form == "immediate" else list(range(size, 8, size)))
