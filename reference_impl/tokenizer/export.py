@@ -4,8 +4,9 @@ Third-party benchmark clients (aiperf, guidellm, ``vllm bench serve``) count tok
 Hugging Face tokenizer named after the served model and try to download it. This writes one
 that gives exactly the server's ids: every UTF-8 byte is its own token (id = byte value, GPT-2's
 byte-to-character alphabet as the vocabulary, no merges), the four special tokens follow, and
-the chat template is the server's plain chat format. The committed copy is ``EMBEDDED_DIR``;
-``python -m reference_impl.tokenizer.export DIR`` writes it anew.
+the chat template is the server's plain chat format. The committed copy is ``EMBEDDED_DIR``:
+``python -m reference_impl.tokenizer.export`` prints its path (to give a client), and
+``python -m reference_impl.tokenizer.export DIR`` writes the files into DIR.
 """
 
 from __future__ import annotations
@@ -81,4 +82,4 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 if __name__ == "__main__":
-    print(write(Path(sys.argv[1]) if len(sys.argv) > 1 else EMBEDDED_DIR))
+    print(write(Path(sys.argv[1])) if len(sys.argv) > 1 else EMBEDDED_DIR)
