@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--transport", choices=TRANSPORTS, default=_RC.transport, help="httpx transport behind the client")
     a("--max-response-bytes", type=pos_int, default=_RC.max_response_bytes,
       help="cut a response past this many bytes while reading it (error too_large)")
+    a("--max-response-header-bytes", type=pos_int, default=_RC.max_response_header_bytes,
+      help="cut a response whose head (1xx heads included) passes this many bytes (error bad_response)")
     a("--max-error-rate", type=at.fraction, default=None,
       help="exit 4 when the failed fraction passes this (default: only when all failed)")
     a("--ignore-eos", action="store_true", help="send ignore_eos: true")
@@ -154,7 +156,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
-        max_response_bytes=args.max_response_bytes, max_error_rate=args.max_error_rate,
+        max_response_bytes=args.max_response_bytes,
+        max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
         seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,
         strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
         request_id_prefix=args.request_id_prefix, insecure=args.insecure, ca_cert=args.ca_cert,

@@ -1,8 +1,9 @@
 """One client per worker, requests prepared before the run, and one request's send/read.
 
 The read path only stamps and keeps bytes; parsing waits until the request (or the run) is over.
-Errors are classed: `http_<status>`, `timeout`, `connection`, `malformed_sse`, `too_large` (a body
-past `--max-response-bytes`, cut while it was read), `other`.
+Errors are classed: `http_<status>`, `timeout`, `connection`, `bad_response` (a response that breaks
+HTTP/1.1, or a head past `--max-response-header-bytes`), `malformed_sse`, `too_large` (a body past
+`--max-response-bytes`, cut while it was read), `other`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
 from loadgen.sse import MalformedSSE, parse_stream, parse_whole
 from loadgen.transport import (
+    BadResponse,
     LeanRequest,
     LeanTransport,
     ResponseTooLarge,
     StampedBody,
+    header_cap_message,
     too_large_message,
 )
 
@@ -73,8 +76,10 @@ class Client:
         self.lean: LeanTransport | None = None
         if cfg.effective_transport == "lean":
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
-                                                  max_body_bytes=cfg.max_response_bytes)
+                                                  max_body_bytes=cfg.max_response_bytes,
+                                                  max_head_bytes=cfg.max_response_header_bytes)
         else:
+            _cap_httpcore_head(cfg.max_response_header_bytes)
             limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
             transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
         self.http = httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
@@ -118,9 +123,13 @@ class Client:
                     await _read_body(response, raw, cfg.max_response_bytes)
         except ResponseTooLarge as exc:
             _fail(rec, "too_large", str(exc))
+        except BadResponse as exc:
+            _fail(rec, "bad_response", str(exc))
+        except httpx.RemoteProtocolError as exc:
+            _fail(rec, *_classify_protocol_error(exc, cfg.max_response_header_bytes))
         except TimeoutError:
             _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
-        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError) as exc:
             _fail(rec, "connection", f"{type(exc).__name__}: {exc}")
         except httpx.TimeoutException as exc:
             _fail(rec, "timeout", f"{type(exc).__name__}: {exc}")
@@ -134,6 +143,25 @@ class Client:
                 await response.aclose()
             elif body is not None:
                 await body.aclose()  # drops the connection unless the body is complete
+
+
+def _cap_httpcore_head(max_bytes: int) -> None:
+    """Bound what h11 buffers before a complete event (a response head) for the httpx transport."""
+    # NOTE: httpcore has no public knob; its class attribute is read per connection, and each
+    # worker process has one client.
+    from httpcore._async import http11
+
+    http11.AsyncHTTP11Connection.MAX_INCOMPLETE_EVENT_SIZE = max_bytes
+
+
+def _classify_protocol_error(exc: httpx.RemoteProtocolError, max_head_bytes: int) -> tuple[str, str]:
+    """httpx's protocol errors: a peer that hung up is `connection`; a broken response `bad_response`."""
+    text = str(exc)
+    if "Receive buffer too long" in text:
+        return "bad_response", header_cap_message(max_head_bytes)
+    if text.startswith(("peer ", "Server disconnected")):
+        return "connection", f"RemoteProtocolError: {text}"
+    return "bad_response", f"malformed HTTP response: {text}"
 
 
 async def _error_body(response: httpx.Response | None, body: StampedBody | None) -> bytes:
