@@ -33,7 +33,8 @@ subcommands:
 
 exit codes: 0 done; 1 the run could not start (server unreachable, dataset unreadable);
 2 bad flags; 3 client-bound under --strict; 4 failed requests above --max-error-rate
-(default: only when every request failed); 130 interrupted (results still written)."""
+(default: only when every request failed); 5 a worker process died (its requests are missing);
+130 interrupted (results still written)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,6 +226,8 @@ def _exit_code(cfg: RunConfig, result) -> int:
     total = s["completed"] + s["failed"]
     if result.interrupted:
         return 130
+    if result.workers_lost:
+        return 5
     too_many = total > 0 and (s["failed"] == total if cfg.max_error_rate is None
                               else s["failed"] / total > cfg.max_error_rate)
     if too_many:

@@ -199,5 +199,7 @@ def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
             parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
     except MalformedSSE as exc:
         _fail(rec, "malformed_sse", str(exc))
+    except Exception as exc:  # noqa: BLE001 - one odd response must not take the worker down
+        _fail(rec, "other", f"cannot parse the response: {type(exc).__name__}: {exc}")
     raw.chunks, raw.stamps = [], []
     return rec

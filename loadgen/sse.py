@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from typing import Annotated
 
 import msgspec
 
@@ -37,9 +38,14 @@ class _Choice(msgspec.Struct, gc=False):
     message: _Message | None = None
 
 
+# NOTE: usage is the server's word: a negative count or one past int64 is a broken stream (it
+# once killed a worker in the records' msgpack encoding, and gave negative throughput).
+_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+
+
 class _Usage(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: _Count | None = None
+    completion_tokens: _Count | None = None
 
 
 class _Chunk(msgspec.Struct, gc=False):

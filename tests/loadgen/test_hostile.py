@@ -55,3 +55,29 @@ def test_header_cap_flag_is_honoured(start_server, transport):
     s = run(cfg, SMALL).summary
     assert _errors(s) == {"bad_response": 2} and s["completed"] == 2, s["errors"]
     assert "--max-response-header-bytes 4096" in s["errors"]["bad_response"]["example"]
+
+
+@pytest.mark.parametrize("fault", ["huge_usage", "negative_usage"])
+def test_usage_out_of_range_is_malformed_sse(start_server, fault):
+    server = start_server("--faults", f"{fault},ok")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, timeout_s=30.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {"malformed_sse": 2} and s["completed"] == 2, s["errors"]
+    assert "usage" in s["errors"]["malformed_sse"]["example"]
+    assert s["output_throughput"] > 0
+
+
+def test_a_dead_worker_fails_the_run(start_server, monkeypatch, capsys):
+    from loadgen import cli, worker
+
+    def crash(raw, tokenizer=None):
+        raise OverflowError("int too big to convert")
+
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1")
+    # NOTE: the workers are forked, so they inherit the patch.
+    monkeypatch.setattr(worker, "finish_record", crash)
+    rc = cli.main(["--base-url", server.base_url, "--model", "m", "--concurrency", "2", "--num-prompts", "4",
+                   "--random-input-len", "4", "--random-output-len", "4", "--no-server-tokenize",
+                   "--quiet", "--workers", "2"])
+    assert rc == 5
+    assert "2 of 2 worker process(es) died without a result" in capsys.readouterr().err

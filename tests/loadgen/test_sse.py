@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from loadgen.client import RawResponse, finish_record
 from loadgen.records import RequestRecord
 from loadgen.sse import MalformedSSE, parse_stream
 
@@ -91,3 +92,11 @@ def test_many_events_in_few_reads_take_the_stamp_of_the_read_that_ended_them():
     rec = _rec()
     parse_stream(rec, [body[:split_sep], body[split_sep:]], [10, 20])
     assert rec.chunk_ns == [20, 20, 20, 20, 20]
+
+
+@pytest.mark.parametrize("value", [-5, 10**30, 1 << 63])
+def test_usage_negative_or_past_int64_is_malformed(value):
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n' % value
+    raw = RawResponse(_rec(), [TOK + usage + DONE], [1])
+    rec = finish_record(raw)
+    assert rec.error_class == "malformed_sse" and "usage" in rec.error_message
