@@ -81,3 +81,25 @@ def test_a_dead_worker_fails_the_run(start_server, monkeypatch, capsys):
                    "--quiet", "--workers", "2"])
     assert rc == 5
     assert "2 of 2 worker process(es) died without a result" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_1xx_heads_are_skipped(start_server, transport):
+    server = start_server("--faults", "early_hints")
+    cfg = RunConfig(base_url=server.base_url, concurrency=1, num_prompts=6, transport=transport,
+                    timeout_s=30.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {} and s["completed"] == 6, s["errors"]
+    assert s["total_output_tokens_client"] == 6 * 6
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_connection_that_answers_twice_is_dropped(start_server, transport):
+    server = start_server("--faults", "double")
+    # NOTE: before, the second answer put the connection in the pool twice and one request
+    # waited for --timeout; the timeout only bounds the old failure, it is not asserted on.
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=8, transport=transport,
+                    timeout_s=20.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {} and s["completed"] == 8, s["errors"]
+    assert server.stats()["num_requests"] == 8
