@@ -72,7 +72,9 @@ class Client:
 
     def __init__(self, cfg: RunConfig, num_connections: int) -> None:
         self.cfg = cfg
-        headers = {"content-type": "application/json", **cfg.headers}
+        # NOTE: identity, not httpx's default gzip: each event is stamped as its raw bytes arrive
+        # and parsed later, so a compressed stream would be undecodable and its timing meaningless.
+        headers = {"content-type": "application/json", "accept-encoding": "identity", **cfg.headers}
         self.lean: LeanTransport | None = None
         if cfg.effective_transport == "lean":
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),

@@ -103,3 +103,15 @@ def test_a_connection_that_answers_twice_is_dropped(start_server, transport):
     s = run(cfg, SMALL).summary
     assert _errors(s) == {} and s["completed"] == 8, s["errors"]
     assert server.stats()["num_requests"] == 8
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_requests_ask_for_an_uncompressed_stream(start_server, transport):
+    import httpx
+
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1")
+    cfg = RunConfig(base_url=server.base_url, concurrency=1, num_prompts=1, transport=transport,
+                    timeout_s=30.0)
+    assert run(cfg, SMALL).summary["completed"] == 1
+    sent = httpx.get(server.base_url + "/last_request", timeout=10).json()["headers"]
+    assert sent["accept-encoding"] == "identity"
