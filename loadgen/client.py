@@ -2,7 +2,8 @@
 
 The read path only stamps and keeps bytes; parsing waits until the request (or the run) is over.
 Errors are classed: `http_<status>`, `timeout`, `connection`, `bad_response` (a response that breaks
-HTTP/1.1, or a head past `--max-response-header-bytes`), `malformed_sse`, `too_large` (a body past
+HTTP/1.1, or a head past `--max-response-header-bytes`), `malformed_sse`, `server_error_event` (the
+server reported an error inside the stream), `too_large` (a body past
 `--max-response-bytes`, cut while it was read), `other`.
 """
 
@@ -18,7 +19,7 @@ import msgspec
 from loadgen.config import RunConfig
 from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
-from loadgen.sse import MalformedSSE, parse_stream, parse_whole
+from loadgen.sse import MalformedSSE, ServerErrorEvent, parse_stream, parse_whole
 from loadgen.transport import (
     BadResponse,
     LeanRequest,
@@ -199,6 +200,8 @@ def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
             parse_stream(rec, raw.chunks, raw.stamps, tokenizer)
         else:
             parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
+    except ServerErrorEvent as exc:
+        _fail(rec, "server_error_event", str(exc))
     except MalformedSSE as exc:
         _fail(rec, "malformed_sse", str(exc))
     except Exception as exc:  # noqa: BLE001 - one odd response must not take the worker down

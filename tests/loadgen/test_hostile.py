@@ -115,3 +115,12 @@ def test_requests_ask_for_an_uncompressed_stream(start_server, transport):
     assert run(cfg, SMALL).summary["completed"] == 1
     sent = httpx.get(server.base_url + "/last_request", timeout=10).json()["headers"]
     assert sent["accept-encoding"] == "identity"
+
+
+@pytest.mark.parametrize("fault, errors", [("bom", {}), ("multiline_data", {}),
+                                           ("error_event", {"server_error_event": 2})])
+def test_sse_details_follow_the_spec(start_server, fault, errors):
+    server = start_server("--faults", f"{fault},ok")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, timeout_s=30.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == errors and s["completed"] == 4 - sum(errors.values()), s["errors"]
