@@ -133,7 +133,7 @@ class Client:
         except TimeoutError:
             _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
         except (httpx.ConnectError, httpx.ReadError, httpx.WriteError) as exc:
-            _fail(rec, "connection", f"{type(exc).__name__}: {exc}")
+            _fail(rec, "connection", describe_error(exc))
         except httpx.TimeoutException as exc:
             _fail(rec, "timeout", f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - any other failure is counted, never fatal
@@ -146,6 +146,18 @@ class Client:
                 await response.aclose()
             elif body is not None:
                 await body.aclose()  # drops the connection unless the body is complete
+
+
+def describe_error(exc: BaseException) -> str:
+    """`Type: message`, the message taken from the cause when the error itself has none.
+
+    httpx's async TLS path raises `ConnectError` with an empty text for a reset handshake."""
+    text, cause, names = str(exc), exc, []
+    while not text and (cause := cause.__cause__ or cause.__context__) is not None:
+        text, names = str(cause), [*names, type(cause).__name__]
+    if not text:
+        text = f"no detail given ({' <- '.join(names) or 'no cause'}; a reset TLS handshake gives none)"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _cap_httpcore_head(max_bytes: int) -> None:
