@@ -33,7 +33,8 @@ subcommands:
 
 exit codes: 0 done; 1 the run could not start (server unreachable, dataset unreadable);
 2 bad flags; 3 client-bound under --strict; 4 failed requests above --max-error-rate
-(default: only when every request failed); 130 interrupted (results still written)."""
+(default: only when every request failed); 5 a worker process died (its requests are missing);
+130 interrupted (results still written)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--timeout", type=at.positive_float(), default=_RC.timeout_s, help="seconds per request, end to end")
     a("--transport", choices=TRANSPORTS, default=_RC.transport, help="httpx transport behind the client")
     a("--max-response-bytes", type=pos_int, default=_RC.max_response_bytes,
-      help="cut a response past this many bytes while reading it (error too_large)")
+      help="cut a response past this many bytes while reading it (error too_large). Memory is "
+      "bounded by --concurrency x this (plus the header cap): each stream in flight may hold "
+      "that much; loadgen warns at start when the product passes the memory available "
+      "(--request-rate without --concurrency bounds nothing)")
+    a("--max-response-header-bytes", type=pos_int, default=_RC.max_response_header_bytes,
+      help="cut a response whose head (1xx heads included) passes this many bytes (error bad_response)")
     a("--max-error-rate", type=at.fraction, default=None,
       help="exit 4 when the failed fraction passes this (default: only when all failed)")
     a("--ignore-eos", action="store_true", help="send ignore_eos: true")
@@ -154,7 +160,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
-        max_response_bytes=args.max_response_bytes, max_error_rate=args.max_error_rate,
+        max_response_bytes=args.max_response_bytes,
+        max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
         seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,
         strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
         request_id_prefix=args.request_id_prefix, insecure=args.insecure, ca_cert=args.ca_cert,
@@ -203,6 +210,32 @@ def convention_note(dcfg: DatasetConfig) -> str | None:
             f"{dcfg.random_output_len} at 0) pass --flags-from vllm")
 
 
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_note(cfg: RunConfig, available: int | None) -> str | None:
+    """A warning when the streams in flight could hold more than the memory available."""
+    per_stream = cfg.max_response_bytes + cfg.max_response_header_bytes
+    if cfg.concurrency is None:
+        return None  # NOTE: rate mode alone does not bound the requests in flight (said in --help)
+    bound = cfg.concurrency * per_stream
+    if available is None or bound <= available:
+        return None
+    return (f"loadgen: warning: --concurrency {cfg.concurrency} x --max-response-bytes "
+            f"{cfg.max_response_bytes} (+ headers) = {bound / 2**30:,.1f} GiB may be held at once, more than "
+            f"the {available / 2**30:,.1f} GiB available; a server sending endless bodies could exhaust "
+            "memory (lower --max-response-bytes)")
+
+
 def _progress_view(cfg: RunConfig, live: Live):
     def update(t: dict, elapsed: float) -> None:
         rate = t["chunks"] / elapsed if elapsed > 0 else 0.0
@@ -222,6 +255,8 @@ def _exit_code(cfg: RunConfig, result) -> int:
     total = s["completed"] + s["failed"]
     if result.interrupted:
         return 130
+    if result.workers_lost:
+        return 5
     too_many = total > 0 and (s["failed"] == total if cfg.max_error_rate is None
                               else s["failed"] / total > cfg.max_error_rate)
     if too_many:
@@ -239,6 +274,8 @@ def _run(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     if (note := convention_note(dcfg)) is not None and not args.quiet:
+        print(note, file=sys.stderr)
+    if (note := memory_note(cfg, available_memory_bytes())) is not None:
         print(note, file=sys.stderr)
     if args.ready_check_timeout_sec:
         wait_ready(cfg, args.ready_check_timeout_sec)
@@ -273,8 +310,8 @@ def _compare(paths: list[str]) -> int:
         return 2
     try:
         compare(paths)
-    except (OSError, ValueError) as exc:
-        print(f"loadgen compare: cannot read {exc}", file=sys.stderr)
+    except ValueError as exc:
+        print(f"loadgen compare: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,8 +1,10 @@
 """One client per worker, requests prepared before the run, and one request's send/read.
 
 The read path only stamps and keeps bytes; parsing waits until the request (or the run) is over.
-Errors are classed: `http_<status>`, `timeout`, `connection`, `malformed_sse`, `too_large` (a body
-past `--max-response-bytes`, cut while it was read), `other`.
+Errors are classed: `http_<status>`, `timeout`, `connection`, `bad_response` (a response that breaks
+HTTP/1.1, or a head past `--max-response-header-bytes`), `malformed_sse`, `server_error_event` (the
+server reported an error inside the stream), `too_large` (a body past
+`--max-response-bytes`, cut while it was read), `other`.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import msgspec
 from loadgen.config import RunConfig
 from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
-from loadgen.sse import MalformedSSE, parse_stream, parse_whole
+from loadgen.sse import MalformedSSE, ServerErrorEvent, parse_stream, parse_whole
 from loadgen.transport import (
+    BadResponse,
     LeanRequest,
     LeanTransport,
     ResponseTooLarge,
     StampedBody,
+    header_cap_message,
     too_large_message,
 )
 
@@ -69,12 +73,16 @@ class Client:
 
     def __init__(self, cfg: RunConfig, num_connections: int) -> None:
         self.cfg = cfg
-        headers = {"content-type": "application/json", **cfg.headers}
+        # NOTE: identity, not httpx's default gzip: each event is stamped as its raw bytes arrive
+        # and parsed later, so a compressed stream would be undecodable and its timing meaningless.
+        headers = {"content-type": "application/json", "accept-encoding": "identity", **cfg.headers}
         self.lean: LeanTransport | None = None
         if cfg.effective_transport == "lean":
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
-                                                  max_body_bytes=cfg.max_response_bytes)
+                                                  max_body_bytes=cfg.max_response_bytes,
+                                                  max_head_bytes=cfg.max_response_header_bytes)
         else:
+            _cap_httpcore_head(cfg.max_response_header_bytes)
             limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
             transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
         self.http = httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
@@ -118,10 +126,14 @@ class Client:
                     await _read_body(response, raw, cfg.max_response_bytes)
         except ResponseTooLarge as exc:
             _fail(rec, "too_large", str(exc))
+        except BadResponse as exc:
+            _fail(rec, "bad_response", str(exc))
+        except httpx.RemoteProtocolError as exc:
+            _fail(rec, *_classify_protocol_error(exc, cfg.max_response_header_bytes))
         except TimeoutError:
             _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
-        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
-            _fail(rec, "connection", f"{type(exc).__name__}: {exc}")
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError) as exc:
+            _fail(rec, "connection", describe_error(exc))
         except httpx.TimeoutException as exc:
             _fail(rec, "timeout", f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - any other failure is counted, never fatal
@@ -134,6 +146,37 @@ class Client:
                 await response.aclose()
             elif body is not None:
                 await body.aclose()  # drops the connection unless the body is complete
+
+
+def describe_error(exc: BaseException) -> str:
+    """`Type: message`, the message taken from the cause when the error itself has none.
+
+    httpx's async TLS path raises `ConnectError` with an empty text for a reset handshake."""
+    text, cause, names = str(exc), exc, []
+    while not text and (cause := cause.__cause__ or cause.__context__) is not None:
+        text, names = str(cause), [*names, type(cause).__name__]
+    if not text:
+        text = f"no detail given ({' <- '.join(names) or 'no cause'}; a reset TLS handshake gives none)"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _cap_httpcore_head(max_bytes: int) -> None:
+    """Bound what h11 buffers before a complete event (a response head) for the httpx transport."""
+    # NOTE: httpcore has no public knob; its class attribute is read per connection, and each
+    # worker process has one client.
+    from httpcore._async import http11
+
+    http11.AsyncHTTP11Connection.MAX_INCOMPLETE_EVENT_SIZE = max_bytes
+
+
+def _classify_protocol_error(exc: httpx.RemoteProtocolError, max_head_bytes: int) -> tuple[str, str]:
+    """httpx's protocol errors: a peer that hung up is `connection`; a broken response `bad_response`."""
+    text = str(exc)
+    if "Receive buffer too long" in text:
+        return "bad_response", header_cap_message(max_head_bytes)
+    if text.startswith(("peer ", "Server disconnected")):
+        return "connection", f"RemoteProtocolError: {text}"
+    return "bad_response", f"malformed HTTP response: {text}"
 
 
 async def _error_body(response: httpx.Response | None, body: StampedBody | None) -> bytes:
@@ -169,7 +212,11 @@ def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
             parse_stream(rec, raw.chunks, raw.stamps, tokenizer)
         else:
             parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
+    except ServerErrorEvent as exc:
+        _fail(rec, "server_error_event", str(exc))
     except MalformedSSE as exc:
         _fail(rec, "malformed_sse", str(exc))
+    except Exception as exc:  # noqa: BLE001 - one odd response must not take the worker down
+        _fail(rec, "other", f"cannot parse the response: {type(exc).__name__}: {exc}")
     raw.chunks, raw.stamps = [], []
     return rec

@@ -58,6 +58,7 @@ class RunConfig:
     headers: dict = field(default_factory=dict)
     transport: str = "lean"
     max_response_bytes: int = 64 << 20
+    max_response_header_bytes: int = 64 << 10
     max_error_rate: float | None = None
     seed: int = 1
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
@@ -91,8 +92,8 @@ class RunConfig:
             raise ValueError("burstiness must be > 0")
         if self.workers < 1 or self.warmup < 0 or self.timeout_s <= 0:
             raise ValueError("workers >= 1, warmup >= 0 and timeout > 0 required")
-        if self.max_response_bytes < 1:
-            raise ValueError("max_response_bytes must be >= 1")
+        if self.max_response_bytes < 1 or self.max_response_header_bytes < 1:
+            raise ValueError("max_response_bytes and max_response_header_bytes must be >= 1")
         if self.max_error_rate is not None and not 0.0 <= self.max_error_rate <= 1.0:
             raise ValueError("max_error_rate must be in [0, 1]")
         if any(not 0 < p <= 100 for p in self.percentiles):

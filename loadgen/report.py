@@ -211,13 +211,23 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     console.print(table)
 
 
+def _load_run(path: str) -> dict:
+    """One saved run; ValueError naming the file when it is unreadable or not a results object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            run = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(run, dict):
+        raise ValueError(f"{path} is not a loadgen results file (--output): its JSON is a "
+                         f"{type(run).__name__}, not an object")
+    return run
+
+
 def compare(paths: list[str], console: Console | None = None) -> Table:
     """Print runs side by side, each with its ratio to the first."""
     console = console or Console()
-    runs = []
-    for p in paths:
-        with open(p, encoding="utf-8") as f:
-            runs.append(json.load(f))
+    runs = [_load_run(p) for p in paths]
     table = Table(title="loadgen compare (ratio to the first run)")
     table.add_column("metric")
     for p in paths:

@@ -52,6 +52,7 @@ class RunResult:
     summary: dict
     interrupted: bool
     dataset_info: dict = field(default_factory=dict)
+    workers_lost: int = 0
 
 
 def first_model(cfg: RunConfig) -> str:
@@ -229,12 +230,15 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
             pool.stop_event.set()
             stop_deadline = time.perf_counter() + STOP_GRACE_S
     results = [r for r in pool.results.values() if r is not None]
-    if len(results) < len(pool.procs):
-        print(f"loadgen: {len(pool.procs) - len(results)} worker(s) gave no result", file=sys.stderr)
+    lost = len(pool.procs) - len(results)
+    if lost and not interrupted:
+        print(f"loadgen: {lost} of {len(pool.procs)} worker process(es) died without a result (see "
+              "the error above); their requests are missing from the results", file=sys.stderr)
     records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
     summary = summarize(cfg, records, [r.health for r in results])
     interrupted = interrupted or any(r.interrupted for r in results)
     info = {"input_lengths": source, "length_convention": dcfg.convention}
     if with_chat_template(cfg, [], tokenizer)[1]:
         info["input_lengths"] += " + chat template (tokenizer_config.json)"
-    return RunResult(cfg, model, records, summary, interrupted, info)
+    summary["workers_lost"] = lost
+    return RunResult(cfg, model, records, summary, interrupted, info, lost)

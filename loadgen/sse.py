@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from typing import Annotated
 
 import msgspec
 
@@ -17,6 +18,10 @@ from loadgen.records import RequestRecord
 
 class MalformedSSE(ValueError):
     """The stream broke the SSE / OpenAI chunk format."""
+
+
+class ServerErrorEvent(MalformedSSE):
+    """The server reported an error inside the stream (`event: error`, or a chunk with `error`)."""
 
 
 # NOTE: gc=False: decoded JSON holds no cycles, and untracked structs cost the collector nothing.
@@ -37,9 +42,14 @@ class _Choice(msgspec.Struct, gc=False):
     message: _Message | None = None
 
 
+# NOTE: usage is the server's word: a negative count or one past int64 is a broken stream (it
+# once killed a worker in the records' msgpack encoding, and gave negative throughput).
+_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+
+
 class _Usage(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: _Count | None = None
+    completion_tokens: _Count | None = None
 
 
 class _Chunk(msgspec.Struct, gc=False):
@@ -54,6 +64,7 @@ _DONE_TAIL = b"\n\ndata: [DONE]\n\n"
 SOURCE_USAGE_DELTAS = "usage deltas"
 SOURCE_PER_EVENT = "one per content event"
 _CRLF = re.compile(b"\r\n")
+_BOM = b"\xef\xbb\xbf"
 
 
 def _choice_text(choice: _Choice) -> str:
@@ -68,7 +79,7 @@ def _choice_text(choice: _Choice) -> str:
 
 
 def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
-    """The body with line ends made `\\n`, and each read's end offset in it.
+    """The body with line ends made `\\n` and no leading BOM, and each read's end offset in it.
 
     A `\\r\\n` split across two reads is one line end that belongs to the later read: the `\\r` is
     dropped (not the `\\n`), so an event completed by that `\\n` takes the later read's stamp.
@@ -78,6 +89,8 @@ def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
     for c in chunks:
         total += len(c)
         ends.append(total)
+    if raw.startswith(_BOM):  # NOTE: the SSE spec drops one leading BOM
+        raw, ends = raw[3:], [max(end - 3, 0) for end in ends]
     if b"\r" not in raw:
         return raw, ends
     dropped = [m.start() for m in _CRLF.finditer(raw)]
@@ -140,20 +153,34 @@ def _payloads(events: list[bytes], ends: list[int], stamps: list[int]) -> tuple[
     for event in events:
         pos += len(event) + 2
         if event.startswith(b"data: ") and b"\n" not in event:
-            lines = (event,)  # NOTE: the common case, one data line, skips the split below
-        else:
-            lines = event.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                payloads.append(payload)
-                event_stamps.append(stamps[bisect_right(ends, pos - 1)])
-            elif line and not line.startswith((b":", b"event:", b"id:", b"retry:")):
-                raise MalformedSSE(f"unexpected SSE line {line[:80]!r}")
+            payload = event[6:].strip()  # NOTE: the common case, one data line, skips the split below
+        elif (payload := _event_data(event)) is None:
+            continue
+        if payload == b"[DONE]":
+            done = True
+            continue
+        payloads.append(payload)
+        event_stamps.append(stamps[bisect_right(ends, pos - 1)])
     return payloads, event_stamps, done
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """An event's `data:` lines joined with `\\n` (the SSE spec); None when it has none.
+
+    Raises ServerErrorEvent for `event: error`, MalformedSSE for a line that is no SSE field."""
+    data, kind = [], b""
+    for line in event.split(b"\n"):
+        name, _, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            kind = value
+        elif line and name not in (b"", b"id", b"retry"):
+            raise MalformedSSE(f"unexpected SSE line {line[:80]!r}")
+    if kind == b"error":
+        raise ServerErrorEvent(f"event: error in stream: {b' '.join(data)[:200]!r}")
+    return b"\n".join(data).strip() if data else None
 
 
 def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
@@ -178,7 +205,7 @@ def _take_chunks(record: RequestRecord, chunks: list[_Chunk], stamps: list[int])
     usage = None
     for chunk, stamp in zip(chunks, stamps, strict=True):
         if chunk.error is not None:
-            raise MalformedSSE(f"error event in stream: {str(chunk.error)[:200]}")
+            raise ServerErrorEvent(f"error event in stream: {str(chunk.error)[:200]}")
         usage = chunk.usage
         choices = chunk.choices
         if not choices:

@@ -10,8 +10,8 @@ requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed
 event), "hang" (never answers: the client's timeout fires), and three valid but awkward forms:
 "split_crlf" (CRLF line ends, each `\r` and its `\n` in different writes), "close_delimited" (no
 Content-Length or chunking: the body ends when the server closes), "endless" (64 KB events until
-the client gives up). `/tokenize` and `/detokenize` follow vLLM's shapes with a byte-level
-tokenizer (one token per UTF-8 byte, id = the byte). `/stats` returns the true per-request
+the client gives up); `loadgen/hostile.py` adds hostile ones (endless headers, 1xx heads, odd SSE).
+`/tokenize` and `/detokenize` follow vLLM's shapes with a byte-level tokenizer (one token per UTF-8 byte, id = the byte). `/stats` returns the true per-request
 TTFT and mean gap measured at the moment of writing. Binds to 127.0.0.1 only.
 """
 
@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 import httptools
 import msgspec
 
+from loadgen import hostile
+
 MODEL_NAME = "scripted-model"
 FAULTS = frozenset({"ok", "http_500", "reset", "malformed", "hang", "split_crlf", "close_delimited",
-                    "endless"})
+                    "endless"}) | hostile.FAULTS
 _ROLE_CHUNK = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
 _CHAT_TOKEN = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" tok","reasoning_content":null},"finish_reason":null}]}\n\n'
 _TEXT_TOKEN = b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'
@@ -212,6 +214,9 @@ class ScriptedServer:
             return
         if fault == "http_500":
             conn.write(_json_response("500 Internal Server Error", {"error": {"message": "scripted failure"}}))
+            return
+        if fault in hostile.FAULTS:
+            hostile.respond(conn, fault, is_chat, n, prompt_tokens)
             return
         usage = bool(req.stream_options and req.stream_options.get("include_usage"))
         if not req.stream:

@@ -25,10 +25,21 @@ import httpx
 
 BODY_EXTENSION = "loadgen.body"
 _NO_BODY_STATUS = frozenset({204, 304})
+DEFAULT_MAX_HEAD_BYTES = 64 << 10
 
 
 class ResponseTooLarge(httpx.TransportError):
     """A response body passed the per-response byte cap while it was being read."""
+
+
+class BadResponse(httpx.RemoteProtocolError):
+    """The response broke HTTP/1.1: an unparsable head, or a head past the header byte cap."""
+
+
+def header_cap_message(max_bytes: int) -> str:
+    """The error text for a response head cut at `max_bytes` (shared by both transports)."""
+    return (f"response head passed --max-response-header-bytes {max_bytes} before its end "
+            "(endless header lines?); connection dropped")
 
 
 def too_large_message(max_bytes: int) -> str:
@@ -103,9 +114,14 @@ class StampedBody(httpx.AsyncByteStream):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; serves one request at a time."""
 
-    def __init__(self, pool: LeanTransport, key: tuple[str, int], max_body_bytes: int) -> None:
+    def __init__(self, pool: LeanTransport, key: tuple[str, int], max_body_bytes: int,
+                 max_head_bytes: int) -> None:
         self._pool = pool
         self._max_body_bytes = max_body_bytes
+        self._max_head_bytes = max_head_bytes
+        self._head_bytes = 0
+        self._is_waiting = False  # a request was sent and its response is not complete yet
+        self._is_informational = False
         self._key = key
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
@@ -121,12 +137,32 @@ class _Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if self.body is None:  # NOTE: only outside a body; a body's reads skip these checks
+            if not self._is_waiting:
+                self.close()  # bytes nobody asked for: this connection can no longer be trusted
+                return
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head_bytes:
+                self._feed_past_head_cap(data)
+                return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self.abort(httpx.RemoteProtocolError("unexpected protocol upgrade"))
+            self.abort(BadResponse("unexpected protocol upgrade"))
         except httptools.HttpParserError as exc:
-            self.abort(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            self.abort(BadResponse(f"malformed HTTP response: {exc}"))
+
+    def _feed_past_head_cap(self, data: bytes) -> None:
+        """Feed what the cap allows; the rest only if the head ended within it."""
+        allowed = len(data) - (self._head_bytes - self._max_head_bytes)
+        self._feed(data[:allowed])
+        if self.body is None and self._is_waiting and not self.is_closed:
+            self.abort(BadResponse(header_cap_message(self._max_head_bytes)))
+        elif not self.is_closed:
+            self._feed(data[allowed:])
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.is_closed = True
@@ -147,6 +183,16 @@ class _Connection(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if not self._is_waiting:
+            self.close()  # a second response to one request
+            return
+        if status < 200:
+            # NOTE: 100 Continue and 103 Early Hints come before the real response (101 raises
+            # HttpParserUpgrade); their heads count against the header cap too.
+            self._is_informational = True
+            self._headers = []
+            return
         self.body = StampedBody(self, self._max_body_bytes)
         if self._head is not None and not self._head.done():
             self._head.set_result((self._parser.get_status_code(), self.body))
@@ -156,6 +202,12 @@ class _Connection(asyncio.Protocol):
             self.body._feed(body)
 
     def on_message_complete(self) -> None:
+        if self._is_informational:
+            self._is_informational = False
+            return
+        if not self._is_waiting:
+            return
+        self._is_waiting = False
         body, self.body = self.body, None
         keep_alive = self._parser.should_keep_alive()
         if body is not None:
@@ -170,6 +222,8 @@ class _Connection(asyncio.Protocol):
         self._headers = []
         self._parser = httptools.HttpResponseParser(self)
         self._head = asyncio.get_running_loop().create_future()
+        self._head_bytes = 0
+        self._is_waiting = True
         self._transport.write(data)  # type: ignore[union-attr]
         try:
             status, body = await self._head
@@ -209,11 +263,14 @@ class LeanRequest:
 class LeanTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 keep-alive transport for plain-http targets; keeps up to `max_keepalive` idle.
 
-    A body longer than `max_body_bytes` fails with `ResponseTooLarge` while it is read."""
+    A body longer than `max_body_bytes` fails with `ResponseTooLarge` while it is read; a response
+    head (1xx heads included) longer than `max_head_bytes` with `BadResponse`."""
 
-    def __init__(self, max_keepalive: int = 4096, max_body_bytes: int = 1 << 62) -> None:
+    def __init__(self, max_keepalive: int = 4096, max_body_bytes: int = 1 << 62,
+                 max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._max_body_bytes = max_body_bytes
+        self._max_head_bytes = max_head_bytes
         self._max_keepalive = max_keepalive
         self._num_idle = 0
 
@@ -250,10 +307,13 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 return conn
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self, key, self._max_body_bytes), *key)
+            _, conn = await loop.create_connection(self._new_connection(key), *key)
         except OSError as exc:
             raise httpx.ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from None
         return conn
+
+    def _new_connection(self, key: tuple[str, int]):
+        return lambda: _Connection(self, key, self._max_body_bytes, self._max_head_bytes)
 
     def _release(self, key: tuple[str, int], conn: _Connection) -> None:
         if self._num_idle >= self._max_keepalive:

@@ -110,3 +110,60 @@ def test_help_mentions_compare_and_compare_reports_unreadable_files(tmp_path, ca
     assert exc.value.code == 0 and "loadgen compare A.json B.json" in capsys.readouterr().out
     assert main(["compare", str(tmp_path / "nope.json")]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+def test_compare_names_the_file_and_refuses_a_json_array(tmp_path, capsys):
+    broken, array = tmp_path / "broken.json", tmp_path / "array.json"
+    broken.write_text("")
+    array.write_text("[1, 2]")
+    assert main(["compare", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.json" in err and "Expecting value" in err, err
+    assert main(["compare", str(array)]) == 2
+    err = capsys.readouterr().err
+    assert "array.json" in err and "not a loadgen results file" in err and "Traceback" not in err, err
+
+
+def test_memory_bound_is_in_help_and_checked_at_start(start_server, capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--concurrency x this" in " ".join(capsys.readouterr().out.split())
+    server = start_server("--ttft-ms", "1", "--gap-ms", "1")
+    assert main([*_base(server.base_url), "--max-response-bytes", str(1 << 60)]) == 0
+    err = capsys.readouterr().err
+    assert "--concurrency 2 x --max-response-bytes" in err and "GiB available" in err, err
+    assert main(_base(server.base_url)) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_reset_tls_handshake_says_why():
+    import struct
+    import threading
+
+    from loadgen.config import RunConfig
+    from loadgen.datasets import DatasetConfig
+    from loadgen.runner import run
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def reset_each() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # the test closed the listener
+            conn.recv(100)  # the ClientHello
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # RST
+
+    threading.Thread(target=reset_each, daemon=True).start()
+    cfg = RunConfig(base_url=f"https://127.0.0.1:{listener.getsockname()[1]}", model="m", concurrency=1,
+                    num_prompts=2, insecure=True, timeout_s=30.0)
+    try:
+        errors = run(cfg, DatasetConfig(random_input_len=4, random_output_len=4,
+                                        use_server_tokenize=False)).summary["errors"]
+    finally:
+        listener.close()
+    assert errors["connection"]["count"] == 2
+    example = errors["connection"]["example"]
+    assert example.startswith("ConnectError: ") and len(example) > len("ConnectError: ") + 5, example

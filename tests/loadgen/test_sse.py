@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from loadgen.client import RawResponse, finish_record
 from loadgen.records import RequestRecord
 from loadgen.sse import MalformedSSE, parse_stream
 
@@ -91,3 +92,31 @@ def test_many_events_in_few_reads_take_the_stamp_of_the_read_that_ended_them():
     rec = _rec()
     parse_stream(rec, [body[:split_sep], body[split_sep:]], [10, 20])
     assert rec.chunk_ns == [20, 20, 20, 20, 20]
+
+
+@pytest.mark.parametrize("value", [-5, 10**30, 1 << 63])
+def test_usage_negative_or_past_int64_is_malformed(value):
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n' % value
+    raw = RawResponse(_rec(), [TOK + usage + DONE], [1])
+    rec = finish_record(raw)
+    assert rec.error_class == "malformed_sse" and "usage" in rec.error_message
+
+
+def test_a_leading_bom_is_dropped():
+    rec = _rec()
+    parse_stream(rec, [b"\xef\xbb\xbf" + TOK, TOK + DONE], [5, 6])
+    assert rec.chunk_ns == [5, 6]
+
+
+def test_multi_line_data_is_one_event_joined_with_newlines():
+    rec = _rec()
+    split = b'data: {"choices":[{"index":0,\ndata: "delta":{"content":"a"}}]}\n\n'
+    parse_stream(rec, [split, split + USAGE + DONE], [5, 6])
+    assert rec.chunk_ns == [5, 6] and rec.client_output_tokens == 2
+
+
+@pytest.mark.parametrize("event", [b'event: error\ndata: {"message":"overloaded"}\n\n',
+                                   b'data: {"error":{"message":"boom"}}\n\n'])
+def test_error_events_fail_the_request_as_server_error_event(event):
+    rec = finish_record(RawResponse(_rec(), [TOK + event + TOK + DONE], [1]))
+    assert rec.error_class == "server_error_event", rec.error_message
