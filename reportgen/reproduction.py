@@ -162,14 +162,45 @@ def _h5_row(s, setting: str, ratio: float, delayer: str, conc: int = 128) -> dic
                 and r["concurrency"] == conc)
 
 
-def _h5_variance_in(setting: str, key: str, unit: str, digits: int = 0):
+def _osl(s, concurrency: int, ratio: float, delayer: str) -> dict:
+    return next(r for r in s["osl-variance"]["runs"] if r["params"] == {
+        "concurrency": concurrency, "range_ratio": ratio, "delayer": delayer})
+
+
+def _real_time_variance(s) -> str:
+    """The osl-variance report's range 1.0 → 0.8 at conc 128, delayer off (real clock)."""
+    a, b = (_osl(s, 128, r, "delayer-off") for r in (1.0, 0.8))
+    return (f"; real time (osl-variance report, conc 128): {a['loadgen']['output_throughput']:,.0f} → "
+            f"{b['loadgen']['output_throughput']:,.0f} tok/s, {a['server']['prefill steps']:.0f} → "
+            f"{b['server']['prefill steps']:.0f} prefill steps")
+
+
+def _real_time_recovery(s) -> str:
+    ratios = []
+    for c in (16, 64, 128):
+        off, on = (_osl(s, c, 0.8, d) for d in ("delayer-off", "queue-trigger"))
+        ratios.append(on["loadgen"]["output_throughput"] / off["loadgen"]["output_throughput"])
+    return "; real time (osl-variance report): " + " / ".join(f"{r:.2f}x" for r in ratios) + \
+        " at conc 16 / 64 / 128"
+
+
+def _optional(part, s) -> str:
+    """A part read from a report that may be absent; empty then."""
+    try:
+        return part(s)
+    except (KeyError, StopIteration, ZeroDivisionError, TypeError):
+        return ""
+
+
+def _h5_variance_in(setting: str, key: str, unit: str, digits: int = 0, real_time=None):
     def measure(s):
         a, b = (_h5_row(s, setting, r, "off")[key] for r in (1.0, 0.8))
-        return f"{a:,.{digits}f} → {b:,.{digits}f}{unit} (conc 128, delayer off)", _times(b / a)
+        extra = _optional(real_time, s) if real_time else ""
+        return f"{a:,.{digits}f} → {b:,.{digits}f}{unit} (conc 128, delayer off){extra}", _times(b / a)
     return measure
 
 
-def _h5_recovery_in(setting: str):
+def _h5_recovery_in(setting: str, real_time=None):
     def measure(s):
         concs = sorted({r["concurrency"] for r in s["bench"]["h5_regime"][setting]["rows"]})
         parts, ratios = [], []
@@ -178,7 +209,8 @@ def _h5_recovery_in(setting: str):
             ratios.append(on["output_tok_s"] / off["output_tok_s"])
             parts.append(f"conc {c}: {ratios[-1]:.2f}x, prefill steps {off['prefill_steps']:.0f} → "
                          f"{on['prefill_steps']:.0f}")
-        return ("queue trigger / off at range 0.8: " + "; ".join(parts),
+        extra = _optional(real_time, s) if real_time else ""
+        return ("queue trigger / off at range 0.8: " + "; ".join(parts) + extra,
                 " / ".join(f"{r:.2f}x" for r in ratios))
     return measure
 
@@ -214,48 +246,41 @@ WHY = {
         "one H100 with an 8B model, 70 ms a step at 2048 sequences; second column: one modelled "
         "H100 doing prefill and decode), the forms are close: the optimized HTTP process only "
         "has more idle time.",
-    3: "Holds: legacy grows quadratically (end-to-end slope above 2: the per-step id copy and "
-       "the text string both grow), the optimized default is linear. Upstream's #22567 alone "
-       "(`--stream-output reference-full`) keeps an O(n) string per wake-up and stays "
-       "superlinear; going one step past it (handing the consumer only the new text) is what "
-       "makes the default mode O(n) per request. The serving-layer fit over 2K/8K/32K includes "
-       "a per-chunk constant, so its legacy exponent sits below 2; between 8K and 32K it is "
-       "close to 2.",
-    4: "Same direction, smaller than upstream once fixed: the optimized default mode now runs "
-       "at 0.72x of incremental (upstream's 2.3x slowdown is before its fix); what is left is "
-       "the cumulative id list and one final copy. The legacy gap is far larger than upstream's "
-       "because the sim's zero profile makes the HTTP process the only limit.",
-    5: "Holds in direction: H3 alone gives 1.41x (upstream +82.6% with a real model's steps "
-       "between outputs). With every form legacy the HTTP process is the only limit (sim zero "
-       "profile) and throughput collapses 15x; TTFT here is short in every form because the "
-       "HTTP process has its own core and 16 streams start at once (upstream's 70 s TTFT came "
-       "from 400 requests queueing behind a saturated tokenizer manager).",
-    6: "On par end to end, even for long prompts: the list → tensor build (~2.4 ms per 32K ids) "
-       "happens once per prefill, invisible next to 4 s of modelled prefill; the win is a "
-       "micro-benchmark one (see benchmarks/). Report from commit b1fd328, not re-made in this "
-       "round: H4 and its scenario did not change.",
-    7: "Holds (0.41x; upstream 0.49x) in the DP-attention regime: with range 0.8 requests finish "
-       "one by one, closed-loop clients refill at once, and every 1-request extend makes all 4 "
-       "ranks run an eager ~250 ms lockstep step. On one rank of h100-llama-8b (second column) "
-       "there is no collapse: a prefill costs 4 ms + 40 µs/token and stalls only its own rank. "
-       "Real time on this machine (osl-variance report, same regime): 4,714 → 2,556 tok/s "
-       "(0.54x), 25 → 113 prefill steps.",
-    8: "Holds in kind (38x; upstream 62x): a few large prefill waves become hundreds of "
-       "one-request extends. The size depends on how many prompts a run sends (here 4 × "
-       "concurrency) and how long the tail is.",
-    9: "Holds (23x; upstream 14x): one fragmented extend stalls decode on every rank for about "
-       "300 ms, the figure the profile was fitted to; upstream's range-1.0 gap (27.6 ms) includes "
-       "real jitter the sim does not model.",
-    10: "Holds at conc 64 and 128 (upstream 1.41x and 1.85x at ratio 0.1); at conc 16 it gives "
-        "1.13x against upstream's best 1.16x (at ratio 0.4; 1.05x at 0.1): with DP 4 each rank "
-        "runs 4 requests, so int(4 × 0.1) = 0 and the queue condition cannot hold; the gain "
-        "there is the mixed-rank wait it shares with the slot form. On one rank (second "
-        "column) the trigger only costs: there is no collapse to recover. Real time on this "
-        "machine (osl-variance report): 1.13x / 1.43x / 1.48x at conc 16 / 64 / 128.",
-    11: "Throughput on par (the zero-profile run is bound by the whole pipeline, not by the "
-        "tracker), HTTP CPU 12% lower with offsets: now that H3's optimized form hands over "
-        "only the new text, the concat buffer's O(n) copy per chunk is visible (before this "
-        "round it was hidden under the O(n) text join of row 3).",
+    3: "Holds: legacy grows quadratically (the per-step id copy and the text string both grow), "
+       "the optimized default is linear. Upstream's #22567 alone (`--stream-output "
+       "reference-full`) keeps an O(n) string per wake-up and stays superlinear; going one step "
+       "past it (handing the consumer only the new text) is what makes the default mode O(n) per "
+       "request. The serving-layer fit over 2K/8K/32K includes a per-chunk constant, so its "
+       "legacy exponent over all sizes sits below its exponent between the two largest sizes.",
+    4: "Same direction: upstream's 2.3x slowdown is before its fix; what is left of the gap "
+       "after the fix (the optimized ratio) is the cumulative id list and one final copy. The "
+       "legacy gap is far larger than upstream's because the sim's zero profile makes the HTTP "
+       "process the only limit.",
+    5: "Holds in direction (upstream +82.6% with a real model's steps between outputs). With every "
+       "form legacy the HTTP process is the only limit (sim zero profile) and throughput "
+       "collapses; TTFT here is short in every form because the HTTP process has its own core "
+       "and 16 streams start at once (upstream's 70 s TTFT came from 400 requests queueing "
+       "behind a saturated tokenizer manager).",
+    6: "On par end to end, even for long prompts: the list → tensor build happens once per "
+       "prefill, invisible next to the modelled prefill of ~100K tokens; the win is a "
+       "micro-benchmark one (benchmarks/bench_token_storage.py, the tensor-build stage).",
+    7: "In the DP-attention regime, with range 0.8 requests finish one by one, closed-loop "
+       "clients refill at once, and every 1-request extend makes all 4 ranks run an eager ~250 ms "
+       "lockstep step (the profile's eager cost). On one rank of h100-llama-8b (second column) "
+       "a prefill costs 4 ms + 40 µs per token and stalls only its own rank: no collapse.",
+    8: "A few large prefill waves become many small extends. The size depends on how many "
+       "prompts a run sends (here 4 × concurrency) and how long the tail is.",
+    9: "One fragmented extend stalls decode on every rank for about 300 ms, the figure the "
+       "profile was fitted to; upstream's range-1.0 gap (27.6 ms) includes real jitter the sim "
+       "does not model.",
+    10: "With DP 4 at conc 16 each rank runs 4 requests, so int(4 × 0.1) = 0 and the queue "
+        "condition cannot hold: the gain there is the mixed-rank wait it shares with the slot "
+        "form (upstream's best 1.16x at conc 16 was at ratio 0.4, 1.05x at 0.1). At conc 64 and "
+        "128 the trigger has a threshold of 1 or more per rank. On one rank (second column) the "
+        "trigger only costs: there is no collapse to recover.",
+    11: "Throughput is set by the whole pipeline (sim zero profile), not by the tracker; the "
+        "HTTP CPU shows the concat buffer's O(n) copy per chunk, visible now that H3's optimized "
+        "form hands over only the new text.",
 }
 
 DP = "bench: python -m benchmarks.h5_regime (virtual clock), DP attention 4 ranks, gb200-moe-dp, conc 128, ISL = OSL = 1000"
@@ -287,7 +312,7 @@ CLAIMS = (
     Claim("H4", "on par for short prompts, clear win for long prompts (tensor building)", "micro-benchmark, 2 requests, 1K/10K/100K prompt tokens, 1K decode steps",
           "long-prompt: 4 requests × ~100,000 prompt tokens (server count), 1,024 output, 2 at a time", _h4, WHY[6]),
     Claim("H5", "range ratio 0.8 gives 0.49x the output throughput of 1.0 (7,830 → 3,846 tok/s)", "conc 128, ISL = OSL = 1000, large MoE on GB200, DP attention",
-          DP, _h5_variance_in("dp-attention", "output_tok_s", " tok/s"), WHY[7],
+          DP, _h5_variance_in("dp-attention", "output_tok_s", " tok/s", real_time=_real_time_variance), WHY[7],
           _h5_variance_in("one-rank-h100", "output_tok_s", " tok/s"), ONE_RANK),
     Claim("H5", "62x more prefill steps at range ratio 0.8", "as above", "as above",
           _h5_variance_in("dp-attention", "prefill_steps", " prefill steps"), WHY[8],
@@ -297,7 +322,8 @@ CLAIMS = (
           _h5_variance_in("one-rank-h100", "p99_decode_gap_ms", " ms", 1), ONE_RANK),
     Claim("H5", "queue trigger recovers 1.16x–1.85x output throughput at conc 16–128", "as above",
           "as above, range 0.8, --prefill-delayer-queue-min-ratio 0.1 vs delayer off, conc 16 / 64 / 128",
-          _h5_recovery_in("dp-attention"), WHY[10], _h5_recovery_in("one-rank-h100"), ONE_RANK),
+          _h5_recovery_in("dp-attention", _real_time_recovery), WHY[10], _h5_recovery_in("one-rank-h100"),
+          ONE_RANK),
     Claim("H6", "string-concat deltas O(n²) per request → integer offsets O(n) (no figure given)",
           "SGLang chat/completions serving", "long-output: H6-legacy-only vs all-optimized", _h6, WHY[11]),
 )
@@ -309,7 +335,8 @@ def _measured(measure, summaries: Summaries) -> tuple[str, str]:
         text, ratio = measure(reads)
     except (KeyError, StopIteration, ZeroDivisionError, TypeError):
         return "not run", ""
-    marks = sorted({f"{name}: {why}" for name in reads.read if (why := staleness(summaries[name]))})
+    marks = sorted({f"{name}: {why}" for name in reads.read & summaries.keys()
+                    if (why := staleness(summaries[name]))})
     return (f"**{'; '.join(marks)}** {text}" if marks else text), ratio
 
 

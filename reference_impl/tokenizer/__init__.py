@@ -1,7 +1,8 @@
 """Tokenizers for the serving stack: one interface, an embedded byte-level one and HF files.
 
 ``get_tokenizer(None)`` is the byte-level tokenizer (no download); ``get_tokenizer(path)``
-loads a local ``tokenizer.json`` or a directory holding one.
+loads a local ``tokenizer.json`` or a directory holding one. ``EMBEDDED_DIR`` is the byte-level
+tokenizer as a Hugging Face directory, for clients that need one (written by ``export``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from reference_impl.tokenizer.byte_level import ByteLevelTokenizer
 from reference_impl.tokenizer.hf import HFTokenizer
 from reference_impl.tokenizer.incremental import OffsetIncrementalDecoder, Utf8IncrementalDecoder
 
+EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
+
 __all__ = [
+    "EMBEDDED_DIR",
     "ByteLevelTokenizer",
     "HFTokenizer",
     "IncrementalDecoder",

@@ -56,6 +56,8 @@ def test_greedy_text_with_model_path_alone_equals_transformers(model_dir):
             assert response.status_code == 200, response.text
             data = response.json()
             assert data["usage"]["prompt_tokens"] == len(ids)
-            assert data["choices"][0]["text"] == tokenizer.decode(expected)
+            # NOTE: a character cut by max_tokens is dropped at the finish, not sent as U+FFFD.
+            text, whole = data["choices"][0]["text"], tokenizer.decode(expected)
+            assert whole.startswith(text) and text.rstrip("\ufffd") == whole.rstrip("\ufffd")
     finally:
         srv.stop()
