@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 import msgspec
 
+from loadgen import httpcore_guards
 from loadgen.config import RunConfig
 from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
@@ -82,7 +83,7 @@ class Client:
                                                   max_body_bytes=cfg.max_response_bytes,
                                                   max_head_bytes=cfg.max_response_header_bytes)
         else:
-            _cap_httpcore_head(cfg.max_response_header_bytes)
+            httpcore_guards.apply(cfg.max_response_header_bytes)
             limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
             transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
         self.http = httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
@@ -158,15 +159,6 @@ def describe_error(exc: BaseException) -> str:
     if not text:
         text = f"no detail given ({' <- '.join(names) or 'no cause'}; a reset TLS handshake gives none)"
     return f"{type(exc).__name__}: {text}"
-
-
-def _cap_httpcore_head(max_bytes: int) -> None:
-    """Bound what h11 buffers before a complete event (a response head) for the httpx transport."""
-    # NOTE: httpcore has no public knob; its class attribute is read per connection, and each
-    # worker process has one client.
-    from httpcore._async import http11
-
-    http11.AsyncHTTP11Connection.MAX_INCOMPLETE_EVENT_SIZE = max_bytes
 
 
 def _classify_protocol_error(exc: httpx.RemoteProtocolError, max_head_bytes: int) -> tuple[str, str]:

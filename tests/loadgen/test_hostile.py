@@ -124,3 +124,15 @@ def test_sse_details_follow_the_spec(start_server, fault, errors):
     cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, timeout_s=30.0)
     s = run(cfg, SMALL).summary
     assert _errors(s) == errors and s["completed"] == 4 - sum(errors.values()), s["errors"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_unasked_response_is_no_requests_answer(start_server, transport):
+    # NOTE: "double" repeats the same bytes, so a request handed the extra answer still looks
+    # right; "stray" is a different response, which that request would fail on.
+    server = start_server("--faults", "stray")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=8, transport=transport,
+                    timeout_s=20.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {} and s["completed"] == 8, s["errors"]
+    assert s["total_output_tokens_client"] == 8 * 6
