@@ -27,6 +27,7 @@ from loadgen.transport import (
     LeanTransport,
     ResponseTooLarge,
     StampedBody,
+    head_size,
     header_cap_message,
     too_large_message,
 )
@@ -111,11 +112,7 @@ class Client:
         response = body = None
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                if isinstance(request, LeanRequest):
-                    status, _, body = await self.lean.open(request)  # type: ignore[union-attr]
-                else:
-                    response = await self.http.send(request, stream=True)
-                    status = response.status_code
+                status, _, response, body = await self._open(request)
                 if status != 200:
                     text = (await _error_body(response, body))[:300].decode(errors="replace")
                     _fail(rec, f"http_{status}", f"HTTP {status}: {text}")
@@ -147,6 +144,22 @@ class Client:
                 await response.aclose()
             elif body is not None:
                 await body.aclose()  # drops the connection unless the body is complete
+
+
+    async def _open(self, request: httpx.Request | LeanRequest) -> tuple[int, list, httpx.Response | None,
+                                                                        StampedBody | None]:
+        """Send; the status, the raw headers, and the httpx response (httpx) or the stamped body (lean)."""
+        if isinstance(request, LeanRequest):
+            status, headers, body = await self.lean.open(request)  # type: ignore[union-attr]
+            return status, headers, None, body
+        response = await self.http.send(request, stream=True)
+        cap = self.cfg.max_response_header_bytes
+        # NOTE: h11 bounds only a head that is still incomplete; one that came whole in one read
+        # is counted here, as the lean transport counts every head.
+        if head_size(response.status_code, response.reason_phrase, response.headers.raw) > cap:
+            await response.aclose()
+            raise BadResponse(header_cap_message(cap))
+        return response.status_code, response.headers.raw, response, None
 
 
 def describe_error(exc: BaseException) -> str:

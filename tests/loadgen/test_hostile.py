@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -136,3 +137,16 @@ def test_an_unasked_response_is_no_requests_answer(start_server, transport):
     s = run(cfg, SMALL).summary
     assert _errors(s) == {} and s["completed"] == 8, s["errors"]
     assert s["total_output_tokens_client"] == 8 * 6
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_whole_head_past_the_cap_is_refused_too(start_server, transport):
+    # NOTE: a 32 KiB head in one write: h11 bounds only heads still incomplete after a read.
+    server = start_server("--faults", "big_head")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, transport=transport,
+                    timeout_s=20.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {} and s["completed"] == 4, s["errors"]
+    s = run(replace(cfg, max_response_header_bytes=16 << 10), SMALL).summary
+    assert _errors(s) == {"bad_response": 4}, s["errors"]
+    assert "--max-response-header-bytes 16384" in s["errors"]["bad_response"]["example"]
