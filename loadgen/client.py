@@ -77,7 +77,8 @@ class Client:
         self.cfg = cfg
         # NOTE: identity, not httpx's default gzip: each event is stamped as its raw bytes arrive
         # and parsed later, so a compressed stream would be undecodable and its timing meaningless.
-        headers = {"content-type": "application/json", "accept-encoding": "identity", **cfg.headers}
+        headers = httpx.Headers({"content-type": "application/json", "accept-encoding": "identity"})
+        headers.update(cfg.headers)  # NOTE: case-insensitive: a --header Accept-Encoding replaces ours
         self.lean: LeanTransport | None = None
         if cfg.effective_transport == "lean":
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
@@ -112,11 +113,12 @@ class Client:
         response = body = None
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                status, _, response, body = await self._open(request)
+                status, headers, response, body = await self._open(request)
                 if status != 200:
                     text = (await _error_body(response, body))[:300].decode(errors="replace")
                     _fail(rec, f"http_{status}", f"HTTP {status}: {text}")
                     return
+                _check_encoding(headers)
                 if body is not None:
                     await body.complete()
                     raw.chunks, raw.stamps = body.chunks, body.stamps
@@ -160,6 +162,14 @@ class Client:
             await response.aclose()
             raise BadResponse(header_cap_message(cap))
         return response.status_code, response.headers.raw, response, None
+
+
+def _check_encoding(headers: list[tuple[bytes, bytes]]) -> None:
+    """BadResponse for a compressed body: loadgen asks for identity and never decodes."""
+    for name, value in headers:
+        if len(name) == 16 and name.lower() == b"content-encoding" and value.strip().lower() != b"identity":
+            raise BadResponse(f"response has Content-Encoding: {value.decode(errors='replace')[:40]} though "
+                              "loadgen asks for identity and reads the raw bytes (no decoding)")
 
 
 def describe_error(exc: BaseException) -> str:

@@ -150,3 +150,18 @@ def test_a_whole_head_past_the_cap_is_refused_too(start_server, transport):
     s = run(replace(cfg, max_response_header_bytes=16 << 10), SMALL).summary
     assert _errors(s) == {"bad_response": 4}, s["errors"]
     assert "--max-response-header-bytes 16384" in s["errors"]["bad_response"]["example"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_compressed_body_is_a_bad_response_naming_its_encoding(start_server, transport):
+    import httpx
+
+    server = start_server("--faults", "gzip_always")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, transport=transport,
+                    timeout_s=20.0, headers={"Accept-Encoding": "gzip"})
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {"bad_response": 4}, s["errors"]
+    assert "Content-Encoding: gzip" in s["errors"]["bad_response"]["example"]
+    # a --header replaces loadgen's own Accept-Encoding, whatever its case
+    sent = httpx.get(server.base_url + "/last_request", timeout=10).json()["headers"]
+    assert sent["accept-encoding"] == "gzip"
