@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 import msgspec
 
+from loadgen import httpcore_guards
 from loadgen.config import RunConfig
 from loadgen.datasets import Prompt
 from loadgen.records import RequestRecord
@@ -26,6 +27,7 @@ from loadgen.transport import (
     LeanTransport,
     ResponseTooLarge,
     StampedBody,
+    head_size,
     header_cap_message,
     too_large_message,
 )
@@ -75,14 +77,15 @@ class Client:
         self.cfg = cfg
         # NOTE: identity, not httpx's default gzip: each event is stamped as its raw bytes arrive
         # and parsed later, so a compressed stream would be undecodable and its timing meaningless.
-        headers = {"content-type": "application/json", "accept-encoding": "identity", **cfg.headers}
+        headers = httpx.Headers({"content-type": "application/json", "accept-encoding": "identity"})
+        headers.update(cfg.headers)  # NOTE: case-insensitive: a --header Accept-Encoding replaces ours
         self.lean: LeanTransport | None = None
         if cfg.effective_transport == "lean":
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
                                                   max_body_bytes=cfg.max_response_bytes,
                                                   max_head_bytes=cfg.max_response_header_bytes)
         else:
-            _cap_httpcore_head(cfg.max_response_header_bytes)
+            httpcore_guards.apply(cfg.max_response_header_bytes)
             limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
             transport = httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=cfg.tls_verify)
         self.http = httpx.AsyncClient(base_url=cfg.base_url, transport=transport, headers=headers, timeout=None)
@@ -110,15 +113,12 @@ class Client:
         response = body = None
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                if isinstance(request, LeanRequest):
-                    status, _, body = await self.lean.open(request)  # type: ignore[union-attr]
-                else:
-                    response = await self.http.send(request, stream=True)
-                    status = response.status_code
+                status, headers, response, body = await self._open(request)
                 if status != 200:
                     text = (await _error_body(response, body))[:300].decode(errors="replace")
                     _fail(rec, f"http_{status}", f"HTTP {status}: {text}")
                     return
+                _check_encoding(headers)
                 if body is not None:
                     await body.complete()
                     raw.chunks, raw.stamps = body.chunks, body.stamps
@@ -148,6 +148,30 @@ class Client:
                 await body.aclose()  # drops the connection unless the body is complete
 
 
+    async def _open(self, request: httpx.Request | LeanRequest) -> tuple[int, list, httpx.Response | None,
+                                                                        StampedBody | None]:
+        """Send; the status, the raw headers, and the httpx response (httpx) or the stamped body (lean)."""
+        if isinstance(request, LeanRequest):
+            status, headers, body = await self.lean.open(request)  # type: ignore[union-attr]
+            return status, headers, None, body
+        response = await self.http.send(request, stream=True)
+        cap = self.cfg.max_response_header_bytes
+        # NOTE: h11 bounds only a head that is still incomplete; one that came whole in one read
+        # is counted here, as the lean transport counts every head.
+        if head_size(response.status_code, response.reason_phrase, response.headers.raw) > cap:
+            await response.aclose()
+            raise BadResponse(header_cap_message(cap))
+        return response.status_code, response.headers.raw, response, None
+
+
+def _check_encoding(headers: list[tuple[bytes, bytes]]) -> None:
+    """BadResponse for a compressed body: loadgen asks for identity and never decodes."""
+    for name, value in headers:
+        if len(name) == 16 and name.lower() == b"content-encoding" and value.strip().lower() != b"identity":
+            raise BadResponse(f"response has Content-Encoding: {value.decode(errors='replace')[:40]} though "
+                              "loadgen asks for identity and reads the raw bytes (no decoding)")
+
+
 def describe_error(exc: BaseException) -> str:
     """`Type: message`, the message taken from the cause when the error itself has none.
 
@@ -158,15 +182,6 @@ def describe_error(exc: BaseException) -> str:
     if not text:
         text = f"no detail given ({' <- '.join(names) or 'no cause'}; a reset TLS handshake gives none)"
     return f"{type(exc).__name__}: {text}"
-
-
-def _cap_httpcore_head(max_bytes: int) -> None:
-    """Bound what h11 buffers before a complete event (a response head) for the httpx transport."""
-    # NOTE: httpcore has no public knob; its class attribute is read per connection, and each
-    # worker process has one client.
-    from httpcore._async import http11
-
-    http11.AsyncHTTP11Connection.MAX_INCOMPLETE_EVENT_SIZE = max_bytes
 
 
 def _classify_protocol_error(exc: httpx.RemoteProtocolError, max_head_bytes: int) -> tuple[str, str]:

@@ -5,20 +5,25 @@ client gives up), "long_header" (one header line that never ends), "huge_usage" 
 (usage of 10^30 / -5 tokens), "early_hints" (a 100 and a 103 head before the real 200), "double"
 (a second, unasked-for response right after a complete one), "bom" (a UTF-8 BOM before the first
 event), "multiline_data" (each event's JSON split over several `data:` lines), "error_event"
-(`event: error` in the middle of the stream).
+(`event: error` in the middle of the stream), "stray" (a different, unasked-for response right after
+a complete one), "big_head" (a complete head of 32 KiB of header lines, sent in one write),
+"gzip_always" (a gzip body with `content-encoding: gzip`, whatever the request accepted).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 
 import msgspec
 
 FAULTS = frozenset({"endless_headers", "long_header", "huge_usage", "negative_usage", "early_hints",
-                    "double", "bom", "multiline_data", "error_event"})
+                    "double", "bom", "multiline_data", "error_event", "stray", "big_head", "gzip_always"})
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
 _EARLY = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
 _BOM = b"\xef\xbb\xbf"
+_STRAY = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nstray"
+_PAD_LINE = b"x-pad: " + b"a" * 1015 + b"\r\n"  # 1 KiB
 _WRITE_BUFFER_CAP = 1 << 20
 
 
@@ -41,11 +46,16 @@ def respond(conn, fault: str, is_chat: bool, n: int, prompt_tokens: int) -> None
     body = b"".join(events) + b"data: [DONE]\n\n"
     if fault == "bom":
         body = _BOM + body
-    response = _HEAD + b"content-length: %d\r\n\r\n" % len(body) + body
+    head = _HEAD + (_PAD_LINE * 32 if fault == "big_head" else b"")
+    if fault == "gzip_always":
+        body, head = gzip.compress(body), head + b"content-encoding: gzip\r\n"
+    response = head + b"content-length: %d\r\n\r\n" % len(body) + body
     if fault == "early_hints":
         response = _EARLY + response
     if fault == "double":
         response += response
+    elif fault == "stray":
+        response += _STRAY
     conn.write(response)
 
 

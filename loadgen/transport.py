@@ -42,6 +42,11 @@ def header_cap_message(max_bytes: int) -> str:
             "(endless header lines?); connection dropped")
 
 
+def head_size(status: int, reason: str, headers: list[tuple[bytes, bytes]]) -> int:
+    """The bytes of a response head as sent: status line, header lines, the blank line."""
+    return len(reason) + 15 + sum([len(name) + len(value) + 4 for name, value in headers]) + 2
+
+
 def too_large_message(max_bytes: int) -> str:
     """The error text for a body cut at `max_bytes` (shared by both transports)."""
     return (f"response body passed --max-response-bytes {max_bytes} before its end "

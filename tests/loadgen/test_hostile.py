@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -124,3 +125,43 @@ def test_sse_details_follow_the_spec(start_server, fault, errors):
     cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, timeout_s=30.0)
     s = run(cfg, SMALL).summary
     assert _errors(s) == errors and s["completed"] == 4 - sum(errors.values()), s["errors"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_unasked_response_is_no_requests_answer(start_server, transport):
+    # NOTE: "double" repeats the same bytes, so a request handed the extra answer still looks
+    # right; "stray" is a different response, which that request would fail on.
+    server = start_server("--faults", "stray")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=8, transport=transport,
+                    timeout_s=20.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {} and s["completed"] == 8, s["errors"]
+    assert s["total_output_tokens_client"] == 8 * 6
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_whole_head_past_the_cap_is_refused_too(start_server, transport):
+    # NOTE: a 32 KiB head in one write: h11 bounds only heads still incomplete after a read.
+    server = start_server("--faults", "big_head")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, transport=transport,
+                    timeout_s=20.0)
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {} and s["completed"] == 4, s["errors"]
+    s = run(replace(cfg, max_response_header_bytes=16 << 10), SMALL).summary
+    assert _errors(s) == {"bad_response": 4}, s["errors"]
+    assert "--max-response-header-bytes 16384" in s["errors"]["bad_response"]["example"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_compressed_body_is_a_bad_response_naming_its_encoding(start_server, transport):
+    import httpx
+
+    server = start_server("--faults", "gzip_always")
+    cfg = RunConfig(base_url=server.base_url, concurrency=2, num_prompts=4, transport=transport,
+                    timeout_s=20.0, headers={"Accept-Encoding": "gzip"})
+    s = run(cfg, SMALL).summary
+    assert _errors(s) == {"bad_response": 4}, s["errors"]
+    assert "Content-Encoding: gzip" in s["errors"]["bad_response"]["example"]
+    # a --header replaces loadgen's own Accept-Encoding, whatever its case
+    sent = httpx.get(server.base_url + "/last_request", timeout=10).json()["headers"]
+    assert sent["accept-encoding"] == "gzip"
