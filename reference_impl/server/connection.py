@@ -32,6 +32,8 @@ from reference_impl.server.tokenizer_manager import ClientGone
 
 logger = logging.getLogger(__name__)
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the response
+ABORT_CONNECTION = "reference.abort_connection"
+"""Scope key of a callable that drops the request's connection (set by our HTTP protocol)."""
 
 
 async def read_body(raw: Request, max_bytes: int) -> bytes:
@@ -70,6 +72,12 @@ class SSEResponse(StreamingResponse):
         self.on_client_gone = on_client_gone
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        abort_connection = scope.get(ABORT_CONNECTION)
+        if abort_connection is not None:
+            # NOTE: a stream cut off while its write waits on a full buffer (the tokenizer
+            # manager's --max-queued-output-bytes) returns from that write only once the
+            # connection is gone; after a real disconnect this does nothing.
+            self.gone.on_set(abort_connection)
         listener = asyncio.create_task(watch_disconnect(receive, self.gone))
         try:
             await self.stream_response(send)
@@ -121,6 +129,7 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
+        self.scope[ABORT_CONNECTION] = self.transport.abort
         super().on_headers_complete()
         if self.cycle is not None and self.scope.get("http_version") == "1.0":
             # NOTE: uvicorn frames a response without Content-Length as chunked even for an
