@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, wait
+from typing import NamedTuple
 
 from reference_impl.config import ServerArgs, from_cli
 
@@ -38,6 +39,13 @@ class ChildDied(RuntimeError):
     """A server process exited while the server was meant to be running."""
 
 
+class Ready(NamedTuple):
+    """What a child reports once it serves; the HTTP process adds the port it listens on."""
+
+    name: str
+    port: int | None = None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m reference_impl``: serve until stopped; the exit status."""
     args = from_cli(argv)
@@ -51,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         launcher = Launcher(dataclasses.replace(args, ipc_dir=ipc_dir))
         try:
             launcher.start()
-            print(f"reference_impl ready on http://{args.host}:{args.port} "
+            print(f"reference_impl ready on http://{args.host}:{launcher.port} "
                   f"forms={args.hot_path_forms()}", flush=True)
             launcher.wait()
         except ChildDied as exc:
@@ -71,6 +79,8 @@ class Launcher:
         self.args = args
         self.procs: dict[str, mp.Process] = {}
         self._ready: dict[str, Connection] = {}
+        self.port = args.port
+        """The HTTP port, as bound (``--port 0``: the one the kernel chose), once started."""
 
     def start(self) -> None:
         """Start every process and return once all report ready."""
@@ -119,8 +129,10 @@ class Launcher:
                     message = obj.recv()
                 except EOFError:
                     raise ChildDied(self._death_message(name)) from None
-                if message != name:
+                if not isinstance(message, Ready) or message.name != name:
                     raise ChildDied(f"the {name} process failed to start: {message}")
+                if message.port is not None:
+                    self.port = message.port
                 del pending[name]
 
     def _death_message(self, name: str) -> str:
@@ -138,8 +150,8 @@ def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> 
     module, func = target.split(":")
     run = getattr(importlib.import_module(module), func)
 
-    def report_ready() -> None:
-        ready.send(name)
+    def report_ready(port: int | None = None) -> None:
+        ready.send(Ready(name, port))
         ready.close()
 
     try:

