@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
+import zmq
 
 from tests.reference_impl.conftest import MODEL
 
@@ -78,3 +80,58 @@ def test_port_0_prints_the_port_it_listens_on(launch):
     assert httpx.get(srv.url + "/health", timeout=30).status_code == 200
     assert httpx.post(srv.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     assert f"Uvicorn running on http://127.0.0.1:{srv.port}" in srv.log()
+
+
+def _children(launcher_pid: int) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == launcher_pid:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def _ipc_dir(launcher_pid: int) -> Path:
+    """The directory of the server's IPC sockets, from the unix sockets its children hold."""
+    inodes = set()
+    for pid in _children(launcher_pid):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[6] in inodes and fields[7].endswith("/scheduler_in"):
+            return Path(fields[7]).parent
+    raise AssertionError("no scheduler_in socket found")
+
+
+JUNK = [b"", b"\xff\xfe not msgpack", b"\x91" * 10_000, b"\x81\xa4type\xa4Nope",
+        msgspec.msgpack.encode({"type": "TokenizedGenerateReq", "rid": 5})]
+
+
+def test_junk_frames_on_every_ipc_inbox_are_dropped_and_logged(launch):
+    srv = launch()
+    ipc_dir = _ipc_dir(srv.proc.pid)
+    ctx = zmq.Context()
+    try:
+        for name in ("scheduler_in", "detokenizer_in", "tokenizer_manager_in"):
+            sock = ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 5000)
+            sock.connect(f"ipc://{ipc_dir / name}")
+            for frame in JUNK:
+                sock.send(frame)
+            sock.close()  # lingers until every frame is handed over
+    finally:
+        ctx.term()
+    for _ in range(3):
+        response = httpx.post(srv.url + "/v1/chat/completions", json=CHAT, timeout=60)
+        assert response.status_code == 200, response.text
+    assert srv.proc.poll() is None
+    for name in ("scheduler_in", "detokenizer_in", "tokenizer_manager_in"):
+        assert re.search(rf"dropped a frame of \d+ bytes on {name} .*; 4 dropped so far", srv.log())
