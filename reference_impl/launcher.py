@@ -1,7 +1,8 @@
 """Starts the three server processes, waits for each to be ready, and tears them all down.
 
 Any child dying ends the server with a non-zero exit naming it; Ctrl-C and SIGTERM stop every
-child; a child whose launcher vanishes is killed by the kernel (PR_SET_PDEATHSIG).
+child; a child whose launcher vanishes is killed by the kernel (PR_SET_PDEATHSIG), and the IPC
+directory is then removed by a reaper that outlives the launcher.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import multiprocessing as mp
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,19 +58,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     signal.signal(signal.SIGTERM, _raise_exit)
     with tempfile.TemporaryDirectory(prefix="reference-impl-") as ipc_dir:
-        launcher = Launcher(dataclasses.replace(args, ipc_dir=ipc_dir))
-        try:
-            launcher.start()
-            print(f"reference_impl ready on http://{args.host}:{launcher.port} "
-                  f"forms={args.hot_path_forms()}", flush=True)
-            launcher.wait()
-        except ChildDied as exc:
-            print(f"reference_impl: error: {exc}", file=sys.stderr, flush=True)
-            return 1
-        except (KeyboardInterrupt, SystemExit):
-            logger.warning("stopping")
-        finally:
-            launcher.stop()
+        reaper = _remove_when_gone(ipc_dir)
+        status = _serve(dataclasses.replace(args, ipc_dir=ipc_dir))
+    reaper.stdin.close()  # the directory is gone; the reaper ends
+    return status
+
+
+def _serve(args: ServerArgs) -> int:
+    """Start the children, print the ready line and wait; the exit status."""
+    launcher = Launcher(args)
+    try:
+        launcher.start()
+        print(f"reference_impl ready on http://{args.host}:{launcher.port} "
+              f"forms={args.hot_path_forms()}", flush=True)
+        launcher.wait()
+    except ChildDied as exc:
+        print(f"reference_impl: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except (KeyboardInterrupt, SystemExit):
+        logger.warning("stopping")
+    finally:
+        launcher.stop()
     return 0
 
 
@@ -164,6 +174,15 @@ def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> 
         else:
             logging.getLogger(f"reference_impl.{name}").error("%s process failed: %s", name, exc)
         sys.exit(1)
+
+
+def _remove_when_gone(path: str) -> subprocess.Popen:
+    """A tiny process that removes ``path`` once this process is gone, however it ends (``kill
+    -9`` too): it reads a pipe whose only writer is this process, so it sees the end of input
+    when the kernel closes the pipe. Its own session keeps a Ctrl-C or a group kill off it."""
+    return subprocess.Popen(["sh", "-c", 'cat > /dev/null; rm -rf -- "$1"', "reference-impl-reaper",
+                             path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _port_in_use(host: str, port: int) -> str | None:

@@ -135,3 +135,24 @@ def test_junk_frames_on_every_ipc_inbox_are_dropped_and_logged(launch):
     assert srv.proc.poll() is None
     for name in ("scheduler_in", "detokenizer_in", "tokenizer_manager_in"):
         assert re.search(rf"dropped a frame of \d+ bytes on {name} .*; 4 dropped so far", srv.log())
+
+
+def test_kill_9_of_the_launcher_leaves_no_ipc_dir(launch):
+    srv = launch()
+    ipc_dir = _ipc_dir(srv.proc.pid)
+    children = _children(srv.proc.pid)
+    assert ipc_dir.is_dir() and len(children) >= 3
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (ipc_dir.exists() or not all(map(_is_gone, children))):
+        time.sleep(0.1)
+    assert not ipc_dir.exists(), sorted(os.listdir(ipc_dir))
+    assert all(map(_is_gone, children))
+
+
+def _is_gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
