@@ -33,6 +33,7 @@ class ServerArgs:
     # HTTP
     host: str = "127.0.0.1"
     port: int = 30000
+    api_key: str | None = None
     served_model_name: str | None = None
     log_level: str = "warning"
     timeout_keep_alive: float = 60.0
@@ -121,6 +122,8 @@ class ServerArgs:
         for hp in HOT_PATHS.values():
             hp.form_of(getattr(self, hp.field))
         _check_positive("port", self.port, allow_zero=True)
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty")
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
                      "chunked_prefill_size",
@@ -233,6 +236,8 @@ _HELP = {
                                "reading) before it ends as a 499; a reader that keeps up takes "
                                "its outputs at every wake-up (estimated; the legacy H3 'copy' "
                                "form holds a copy of all ids and text per output).",
+    "api_key": "Require 'Authorization: Bearer API_KEY' on every /v1/* request (401 otherwise), as "
+               "vLLM; /health, /metrics, /tokenize and /detokenize stay open.",
     "limit_concurrency": "Connections plus tasks past which uvicorn answers 503 (default: no limit).",
     "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
                             "answers 503 when it does not answer in time.",

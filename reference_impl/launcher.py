@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import importlib
+import ipaddress
 import logging
 import multiprocessing as mp
 import signal
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m reference_impl``: serve until stopped; the exit status."""
     args = from_cli(argv)
     _setup_logging(args.log_level)
+    if args.api_key is None and not _is_loopback(args.host):
+        print(f"reference_impl: warning: --host {args.host} is not a loopback address and the "
+              "server has no authentication: anyone who can reach it can use it (set --api-key)",
+              file=sys.stderr, flush=True)
     port_error = _port_in_use(args.host, args.port)
     if port_error:
         print(f"reference_impl: error: {port_error}", file=sys.stderr)
@@ -183,6 +188,16 @@ def _remove_when_gone(path: str) -> subprocess.Popen:
     return subprocess.Popen(["sh", "-c", 'cat > /dev/null; rm -rf -- "$1"', "reference-impl-reaper",
                              path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (a host name other than localhost counts as not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _port_in_use(host: str, port: int) -> str | None:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import httpx
 import msgspec
+import openai
 import pytest
 import zmq
 
-from tests.reference_impl.conftest import MODEL
+from tests.reference_impl.conftest import MODEL, metric
 
 READY = re.compile(r"reference_impl ready on http://([^:\s]+):(\d+) ")
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -156,3 +157,39 @@ def _is_gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except OSError:
         return True
+
+
+def test_api_key_guards_v1_as_vllm_does(launch):
+    srv = launch("--api-key", "sekrit-key")
+    good = openai.OpenAI(base_url=srv.url + "/v1", api_key="sekrit-key", max_retries=0, timeout=60)
+    reply = good.chat.completions.create(model=MODEL, messages=CHAT["messages"], max_tokens=4)
+    assert reply.choices[0].finish_reason == "length"
+    chunks = list(good.chat.completions.create(model=MODEL, messages=CHAT["messages"],
+                                               max_tokens=4, stream=True))
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert [m.id for m in good.models.list()] == [MODEL]
+    bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0, timeout=60)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model=MODEL, messages=CHAT["messages"], max_tokens=4)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    bare = httpx.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}, timeout=60)
+    assert bare.status_code == 401
+    assert bare.json()["error"]["code"] == "invalid_api_key"
+    for path in ("/health", "/metrics"):  # open, as in vLLM
+        assert httpx.get(srv.url + path, timeout=60).status_code == 200
+    assert httpx.options(srv.url + "/v1/models", timeout=60).status_code == 204
+    metrics = httpx.get(srv.url + "/metrics", timeout=60).text
+    assert metric(metrics, 'num_requests_total{endpoint="chat",status="401"}') == 1
+    assert "no authentication" not in srv.log()
+
+
+@pytest.mark.parametrize("flags, warned", [((), True), (("--api-key", "k"), False)])
+def test_a_non_loopback_host_without_api_key_is_warned_about(flags, warned):
+    # NOTE: 192.0.2.1 (TEST-NET-1) is no address of this machine: the server fails to bind it
+    # after the warning, so nothing ever listens beyond 127.0.0.1.
+    done = subprocess.run([sys.executable, "-m", "reference_impl", "--host", "192.0.2.1",
+                           "--port", "30999", *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert ("warning: --host 192.0.2.1 is not a loopback address and the server has no "
+            "authentication" in done.stderr) is warned, done.stderr
