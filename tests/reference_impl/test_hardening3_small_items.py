@@ -193,3 +193,20 @@ def test_a_non_loopback_host_without_api_key_is_warned_about(flags, warned):
     assert done.returncode == 1
     assert ("warning: --host 192.0.2.1 is not a loopback address and the server has no "
             "authentication" in done.stderr) is warned, done.stderr
+
+
+def test_a_top_p_below_float32_keeps_the_most_likely_token(launch):
+    srv = launch("--engine", "torch", "--device", "cpu", "--max-total-tokens", "4096",
+                 "--context-length", "512")
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    model = client.models.list().data[0].id
+    messages = [{"role": "user", "content": "Grüße aus 東京"}]
+
+    def content(**sampling) -> str:
+        reply = client.chat.completions.create(model=model, messages=messages, max_tokens=24,
+                                               **sampling)
+        return reply.choices[0].message.content
+
+    greedy = content(temperature=0)
+    for seed in (1, 2, 3):  # 1e-300 was 0.0 in float32: no token kept, the last candidate drawn
+        assert content(temperature=1.0, top_p=1e-300, seed=seed) == greedy
