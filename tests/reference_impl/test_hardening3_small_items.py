@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -210,3 +212,46 @@ def test_a_top_p_below_float32_keeps_the_most_likely_token(launch):
     greedy = content(temperature=0)
     for seed in (1, 2, 3):  # 1e-300 was 0.0 in float32: no token kept, the last candidate drawn
         assert content(temperature=1.0, top_p=1e-300, seed=seed) == greedy
+
+
+def _limit_open_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FDS, MAX_FDS))
+
+
+MAX_FDS = 128  # the server's three processes each take about 35 files of their own
+FD_WARNING = "open connections have used up nearly all 128 open files"
+
+
+def _open_connections(port: int, count: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
+
+
+def _wait_for_log(srv: Launched, text: str, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while srv.log().count(text) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert srv.log().count(text) == count, srv.log()[-2000:]
+
+
+def _wait_until_serving(srv: Launched) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.post(srv.url + "/v1/chat/completions", json=CHAT, timeout=30).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("the server did not serve again after the connections closed")
+
+
+def test_running_out_of_open_files_is_logged_once_per_burst(launch):
+    srv = launch(preexec=_limit_open_files)
+    for burst in (1, 2):
+        socks = _open_connections(srv.port, 2 * MAX_FDS)
+        _wait_for_log(srv, FD_WARNING, burst)
+        for sock in socks:
+            sock.close()
+        _wait_until_serving(srv)
+    _wait_for_log(srv, FD_WARNING, 2)
+    assert srv.proc.poll() is None
