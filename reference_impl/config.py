@@ -33,11 +33,13 @@ class ServerArgs:
     # HTTP
     host: str = "127.0.0.1"
     port: int = 30000
+    api_key: str | None = None
     served_model_name: str | None = None
     log_level: str = "warning"
     timeout_keep_alive: float = 60.0
     timeout_request_read: float = 30.0
     timeout_response_write: float = 10.0
+    max_queued_output_bytes: int = 64 * 2**20
     limit_concurrency: int | None = None
     health_check_timeout: float = 5.0
     ipc_recv: str = "yield"
@@ -120,6 +122,8 @@ class ServerArgs:
         for hp in HOT_PATHS.values():
             hp.form_of(getattr(self, hp.field))
         _check_positive("port", self.port, allow_zero=True)
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty")
         for name in ("context_length", "max_running_requests", "max_prefill_tokens", "max_n",
                      "stream_interval", "prefill_delayer_max_delay_passes", "cuda_graph_max_bs",
                      "chunked_prefill_size",
@@ -127,7 +131,7 @@ class ServerArgs:
                      "health_check_timeout",
                      "max_request_body_bytes", "max_request_header_bytes", "max_prompts_per_request",
                      "max_request_prompt_tokens", "max_stop_strings", "max_stop_str_len",
-                     "max_stop_token_ids", "max_content_parts"):
+                     "max_stop_token_ids", "max_content_parts", "max_queued_output_bytes"):
             _check_positive(name, getattr(self, name))
         _check_positive("batch_notify_size", self.batch_notify_size, allow_zero=True)
         if self.limit_concurrency is not None:
@@ -228,6 +232,12 @@ _HELP = {
     "timeout_response_write": "Seconds a response's write buffer may stay full (a client that "
                               "stopped reading) before the connection is closed; a stream ends "
                               "as a 499.",
+    "max_queued_output_bytes": "Bytes of outputs one stream may leave untaken (its client not "
+                               "reading) before it ends as a 499; a reader that keeps up takes "
+                               "its outputs at every wake-up (estimated; the legacy H3 'copy' "
+                               "form holds a copy of all ids and text per output).",
+    "api_key": "Require 'Authorization: Bearer API_KEY' on every /v1/* request (401 otherwise), as "
+               "vLLM; /health, /metrics, /tokenize and /detokenize stay open.",
     "limit_concurrency": "Connections plus tasks past which uvicorn answers 503 (default: no limit).",
     "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
                             "answers 503 when it does not answer in time.",

@@ -1,6 +1,7 @@
 """Typed push/pull queues over ZeroMQ IPC sockets, so stage code never touches sockets.
 
-Messages are msgspec Structs (see ``messages``) encoded as msgpack.
+Messages are msgspec Structs (see ``messages``) encoded as msgpack; a frame that decodes to no
+message is dropped and logged, never raised into the stage's loop.
 
 Backpressure: the output path (scheduler → detokenizer → HTTP process) is bounded at
 ``OUTPUT_HWM`` messages on each side of each hop, so when the HTTP process falls behind the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 from typing import Any, Generic, TypeVar
 
@@ -25,6 +27,7 @@ import zmq
 import zmq.asyncio
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 SCHEDULER_IN = "scheduler_in"
 DETOKENIZER_IN = "detokenizer_in"
@@ -60,6 +63,31 @@ class PushQueue:
         self._sock.close()
 
 
+_DROPPED = object()  # what ``_Decoding.decode`` gives for a frame that is no message
+
+
+class _Decoding:
+    """Frames into messages. A frame that is no message (anyone who can reach the socket may
+    send one) is dropped and logged, the 1st, 2nd, 4th, 8th... time, so a flood cannot flood
+    the log."""
+
+    def __init__(self, address: str, msg_type: Any):
+        self._decoder = msgspec.msgpack.Decoder(msg_type)
+        self._name = os.path.basename(address)
+        self.num_dropped = 0
+
+    def decode(self, frame: zmq.Frame) -> Any:
+        """The message in ``frame``, or ``_DROPPED``."""
+        try:
+            return self._decoder.decode(frame.buffer)
+        except msgspec.DecodeError as exc:  # a ValidationError is a DecodeError too
+            self.num_dropped += 1
+            if self.num_dropped & (self.num_dropped - 1) == 0:
+                logger.warning("dropped a frame of %d bytes on %s that is no message (%s); %d "
+                               "dropped so far", len(frame.buffer), self._name, exc, self.num_dropped)
+            return _DROPPED
+
+
 class PullQueue(Generic[T]):
     """A stage's own input socket (bound), decoding into the given message type."""
 
@@ -68,19 +96,24 @@ class PullQueue(Generic[T]):
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, high_water_mark(address))
         self._sock.bind(address)
-        self._decoder = msgspec.msgpack.Decoder(msg_type)
+        self._decoding = _Decoding(address, msg_type)
 
     def get(self, timeout_ms: int | None = None) -> T | None:
         """The next message, or None when none came within ``timeout_ms``."""
-        if timeout_ms is not None and not self._sock.poll(timeout_ms):
-            return None
-        return self._decoder.decode(self._sock.recv(copy=False).buffer)
+        while timeout_ms is None or self._sock.poll(timeout_ms):
+            msg = self._decoding.decode(self._sock.recv(copy=False))
+            if msg is not _DROPPED:
+                return msg
+        return None
 
     def get_nowait(self) -> T | None:
-        try:
-            return self._decoder.decode(self._sock.recv(zmq.NOBLOCK, copy=False).buffer)
-        except zmq.Again:
-            return None
+        while True:
+            try:
+                msg = self._decoding.decode(self._sock.recv(zmq.NOBLOCK, copy=False))
+            except zmq.Again:
+                return None
+            if msg is not _DROPPED:
+                return msg
 
     def close(self) -> None:
         self._sock.close()
@@ -99,11 +132,13 @@ class AsyncPullQueue(Generic[T]):
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, high_water_mark(address))
         self._sock.bind(address)
-        self._decoder = msgspec.msgpack.Decoder(msg_type)
+        self._decoding = _Decoding(address, msg_type)
 
     async def get(self) -> T:
-        frame = await self._sock.recv(copy=False)
-        return self._decoder.decode(frame.buffer)
+        while True:
+            msg = self._decoding.decode(await self._sock.recv(copy=False))
+            if msg is not _DROPPED:
+                return msg
 
     def close(self) -> None:
         self._sock.close()
@@ -119,11 +154,14 @@ class ChainedAsyncPullQueue(AsyncPullQueue[T]):
     """
 
     def get(self) -> asyncio.Future[T]:
-        received = self._sock.recv(copy=False)
         decoded: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._receive_into(decoded)
+        return decoded
+
+    def _receive_into(self, decoded: asyncio.Future[T]) -> None:
+        received = self._sock.recv(copy=False)
         received.add_done_callback(functools.partial(self._hand_over, decoded))
         decoded.add_done_callback(functools.partial(_cancel_pending, received))
-        return decoded
 
     def _hand_over(self, decoded: asyncio.Future[T], received: asyncio.Future) -> None:
         if decoded.done():  # cancelled: the message is dropped, as with pyzmq
@@ -133,10 +171,11 @@ class ChainedAsyncPullQueue(AsyncPullQueue[T]):
         elif received.exception() is not None:
             decoded.set_exception(received.exception())
         else:
-            try:
-                decoded.set_result(self._decoder.decode(received.result().buffer))
-            except Exception as exc:  # a bad message fails the awaiting receive loop
-                decoded.set_exception(exc)
+            msg = self._decoding.decode(received.result())
+            if msg is _DROPPED:
+                self._receive_into(decoded)
+            else:
+                decoded.set_result(msg)
 
 
 def _cancel_pending(received: asyncio.Future, decoded: asyncio.Future) -> None:

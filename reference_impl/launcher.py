@@ -1,7 +1,8 @@
 """Starts the three server processes, waits for each to be ready, and tears them all down.
 
 Any child dying ends the server with a non-zero exit naming it; Ctrl-C and SIGTERM stop every
-child; a child whose launcher vanishes is killed by the kernel (PR_SET_PDEATHSIG).
+child; a child whose launcher vanishes is killed by the kernel (PR_SET_PDEATHSIG), and the IPC
+directory is then removed by a reaper that outlives the launcher.
 """
 
 from __future__ import annotations
@@ -9,14 +10,17 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import importlib
+import ipaddress
 import logging
 import multiprocessing as mp
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, wait
+from typing import NamedTuple
 
 from reference_impl.config import ServerArgs, from_cli
 
@@ -38,29 +42,48 @@ class ChildDied(RuntimeError):
     """A server process exited while the server was meant to be running."""
 
 
+class Ready(NamedTuple):
+    """What a child reports once it serves; the HTTP process adds the port it listens on."""
+
+    name: str
+    port: int | None = None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m reference_impl``: serve until stopped; the exit status."""
     args = from_cli(argv)
     _setup_logging(args.log_level)
+    if args.api_key is None and not _is_loopback(args.host):
+        print(f"reference_impl: warning: --host {args.host} is not a loopback address and the "
+              "server has no authentication: anyone who can reach it can use it (set --api-key)",
+              file=sys.stderr, flush=True)
     port_error = _port_in_use(args.host, args.port)
     if port_error:
         print(f"reference_impl: error: {port_error}", file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, _raise_exit)
     with tempfile.TemporaryDirectory(prefix="reference-impl-") as ipc_dir:
-        launcher = Launcher(dataclasses.replace(args, ipc_dir=ipc_dir))
-        try:
-            launcher.start()
-            print(f"reference_impl ready on http://{args.host}:{args.port} "
-                  f"forms={args.hot_path_forms()}", flush=True)
-            launcher.wait()
-        except ChildDied as exc:
-            print(f"reference_impl: error: {exc}", file=sys.stderr, flush=True)
-            return 1
-        except (KeyboardInterrupt, SystemExit):
-            logger.warning("stopping")
-        finally:
-            launcher.stop()
+        reaper = _remove_when_gone(ipc_dir)
+        status = _serve(dataclasses.replace(args, ipc_dir=ipc_dir))
+    reaper.stdin.close()  # the directory is gone; the reaper ends
+    return status
+
+
+def _serve(args: ServerArgs) -> int:
+    """Start the children, print the ready line and wait; the exit status."""
+    launcher = Launcher(args)
+    try:
+        launcher.start()
+        print(f"reference_impl ready on http://{args.host}:{launcher.port} "
+              f"forms={args.hot_path_forms()}", flush=True)
+        launcher.wait()
+    except ChildDied as exc:
+        print(f"reference_impl: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except (KeyboardInterrupt, SystemExit):
+        logger.warning("stopping")
+    finally:
+        launcher.stop()
     return 0
 
 
@@ -71,6 +94,8 @@ class Launcher:
         self.args = args
         self.procs: dict[str, mp.Process] = {}
         self._ready: dict[str, Connection] = {}
+        self.port = args.port
+        """The HTTP port, as bound (``--port 0``: the one the kernel chose), once started."""
 
     def start(self) -> None:
         """Start every process and return once all report ready."""
@@ -119,8 +144,10 @@ class Launcher:
                     message = obj.recv()
                 except EOFError:
                     raise ChildDied(self._death_message(name)) from None
-                if message != name:
+                if not isinstance(message, Ready) or message.name != name:
                     raise ChildDied(f"the {name} process failed to start: {message}")
+                if message.port is not None:
+                    self.port = message.port
                 del pending[name]
 
     def _death_message(self, name: str) -> str:
@@ -138,8 +165,8 @@ def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> 
     module, func = target.split(":")
     run = getattr(importlib.import_module(module), func)
 
-    def report_ready() -> None:
-        ready.send(name)
+    def report_ready(port: int | None = None) -> None:
+        ready.send(Ready(name, port))
         ready.close()
 
     try:
@@ -152,6 +179,25 @@ def _child_main(name: str, target: str, args: ServerArgs, ready: Connection) -> 
         else:
             logging.getLogger(f"reference_impl.{name}").error("%s process failed: %s", name, exc)
         sys.exit(1)
+
+
+def _remove_when_gone(path: str) -> subprocess.Popen:
+    """A tiny process that removes ``path`` once this process is gone, however it ends (``kill
+    -9`` too): it reads a pipe whose only writer is this process, so it sees the end of input
+    when the kernel closes the pipe. Its own session keeps a Ctrl-C or a group kill off it."""
+    return subprocess.Popen(["sh", "-c", 'cat > /dev/null; rm -rf -- "$1"', "reference-impl-reaper",
+                             path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (a host name other than localhost counts as not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _port_in_use(host: str, port: int) -> str | None:

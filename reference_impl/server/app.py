@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 
 from fastapi import FastAPI, Request
@@ -125,6 +127,8 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
 
     _add_error_handlers(app, metrics)
     app.add_middleware(ExpectationCheck)
+    if args.api_key is not None:
+        app.add_middleware(ApiKeyCheck, api_key=args.api_key, metrics=metrics)
     return app
 
 
@@ -151,6 +155,38 @@ class ExpectationCheck:
                 await JSONResponse(body, status_code=417)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class ApiKeyCheck:
+    """ASGI middleware: a 401 for a request to ``/v1/*`` without ``Authorization: Bearer`` and
+    the ``--api-key``, as vLLM (OPTIONS, /health, /metrics, /tokenize and /detokenize pass)."""
+
+    def __init__(self, app: ASGIApp, api_key: str, metrics: ServerMetrics):
+        self.app = app
+        self._key_digest = hashlib.sha256(api_key.encode()).digest()
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._needs_key(scope) and not self._has_key(scope):
+            self._metrics.requests.labels(ENDPOINTS.get(scope["path"], OTHER_ENDPOINT), "401").inc()
+            body = error_body("Incorrect or missing API key: send 'Authorization: Bearer <key>' "
+                              "with the server's --api-key.", code="invalid_api_key")
+            await JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})(
+                scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _needs_key(scope: Scope) -> bool:
+        path = scope["path"]
+        return scope["method"] != "OPTIONS" and (path == "/v1" or path.startswith("/v1/"))
+
+    def _has_key(self, scope: Scope) -> bool:
+        value = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = value.partition(b" ")
+        # NOTE: digests of equal length, compared in constant time: the key's length leaks nothing.
+        return scheme.lower() == b"bearer" and hmac.compare_digest(
+            hashlib.sha256(token).digest(), self._key_digest)
 
 
 async def _serve(serving, request, raw: Request) -> Response:

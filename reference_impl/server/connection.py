@@ -12,6 +12,8 @@
   ``--max-request-header-bytes`` is answered 431 (httptools has no limit of its own). A
   connection whose write buffer stays full (a client that stopped reading) for
   ``--timeout-response-write`` is closed: its stream ends and is counted 499, in every H3 form.
+- ``OpenFilesWatch``: connections that use up the open-file limit are logged once per burst
+  (past it the event loop refuses connections without a word).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
@@ -32,6 +35,8 @@ from reference_impl.server.tokenizer_manager import ClientGone
 
 logger = logging.getLogger(__name__)
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the response
+ABORT_CONNECTION = "reference.abort_connection"
+"""Scope key of a callable that drops the request's connection (set by our HTTP protocol)."""
 
 
 async def read_body(raw: Request, max_bytes: int) -> bytes:
@@ -70,6 +75,12 @@ class SSEResponse(StreamingResponse):
         self.on_client_gone = on_client_gone
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        abort_connection = scope.get(ABORT_CONNECTION)
+        if abort_connection is not None:
+            # NOTE: a stream cut off while its write waits on a full buffer (the tokenizer
+            # manager's --max-queued-output-bytes) returns from that write only once the
+            # connection is gone; after a real disconnect this does nothing.
+            self.gone.on_set(abort_connection)
         listener = asyncio.create_task(watch_disconnect(receive, self.gone))
         try:
             await self.stream_response(send)
@@ -83,6 +94,35 @@ class SSEResponse(StreamingResponse):
             self.on_client_gone()
 
 
+class OpenFilesWatch:
+    """Warns once per burst when a connection takes one of the last open files (RLIMIT_NOFILE):
+    past the limit libuv accepts and at once closes new connections, logging nothing. Warns
+    again once the open connections have fallen to half of what they were then."""
+
+    headroom = 8  # files other than connections (zmq, logs) may take the very last ones
+
+    def __init__(self) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.max_fds = None if soft == resource.RLIM_INFINITY else soft
+        self.num_connections_at_limit: int | None = None  # None: armed
+
+    def on_connection_made(self, fd: int, num_connections: int) -> None:
+        """A connection got file descriptor ``fd``; ``num_connections`` are open."""
+        if (self.max_fds is None or self.num_connections_at_limit is not None
+                or fd < self.max_fds - self.headroom):
+            return
+        self.num_connections_at_limit = num_connections
+        logger.warning("%d open connections have used up nearly all %d open files (RLIMIT_NOFILE, "
+                       "fd %d): further connections are refused until some close; set "
+                       "--limit-concurrency below the limit or raise it (ulimit -n)",
+                       num_connections, self.max_fds, fd)
+
+    def on_connection_lost(self, num_connections: int) -> None:
+        at_limit = self.num_connections_at_limit
+        if at_limit is not None and num_connections <= at_limit // 2:
+            self.num_connections_at_limit = None
+
+
 class _TimedHttpToolsProtocol(HttpToolsProtocol):
     """httptools protocol that closes a connection whose request is not complete in time, and
     answers 431 to a request whose head passes ``max_header_bytes``."""
@@ -90,6 +130,7 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     request_read_timeout = 30.0
     max_header_bytes = 64 * 1024
     response_write_timeout = 10.0
+    open_files: OpenFilesWatch | None = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -101,6 +142,9 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm_read_timer()
+        sock = transport.get_extra_info("socket")
+        if self.open_files is not None and sock is not None:
+            self.open_files.on_connection_made(sock.fileno(), len(self.connections))
 
     def data_received(self, data: bytes) -> None:
         self._head_restarted = False
@@ -121,6 +165,7 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
+        self.scope[ABORT_CONNECTION] = self.transport.abort
         super().on_headers_complete()
         if self.cycle is not None and self.scope.get("http_version") == "1.0":
             # NOTE: uvicorn frames a response without Content-Length as chunked even for an
@@ -147,6 +192,8 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm_read_timer()
         self._disarm_write_timer()
         super().connection_lost(exc)
+        if self.open_files is not None:
+            self.open_files.on_connection_lost(len(self.connections))
 
     def pause_writing(self) -> None:
         # NOTE: a client that stopped reading keeps the transport paused; its stream then stops
@@ -220,8 +267,8 @@ class _Http10Cycle(RequestResponseCycle):
 def timed_http_protocol(request_read_timeout: float, max_header_bytes: int = 64 * 1024,
                         response_write_timeout: float = 10.0) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with ``request_read_timeout`` seconds to receive a request,
-    at most ``max_header_bytes`` in a request's head, and ``response_write_timeout`` seconds
-    for a paused (full) write buffer to drain."""
+    at most ``max_header_bytes`` in a request's head, ``response_write_timeout`` seconds for a
+    paused (full) write buffer to drain, and a warning when connections use up the open files."""
     return type("TimedHttpToolsProtocol", (_TimedHttpToolsProtocol,),
                 {"request_read_timeout": request_read_timeout, "max_header_bytes": max_header_bytes,
-                 "response_write_timeout": response_write_timeout})
+                 "response_write_timeout": response_write_timeout, "open_files": OpenFilesWatch()})

@@ -25,12 +25,12 @@ logger = logging.getLogger(__name__)
 _SCHEDULER_START_TIMEOUT_S = 600.0
 
 
-def run(args: ServerArgs, ready: Callable[[], None]) -> None:
+def run(args: ServerArgs, ready: Callable[..., None]) -> None:
     """Serve until stopped."""
     uvloop.run(_serve(args, ready))
 
 
-async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
+async def _serve(args: ServerArgs, ready: Callable[..., None]) -> None:
     tokenizer = get_tokenizer(args.tokenizer_path)
     inbox = ipc.ASYNC_PULL_QUEUES[args.ipc_recv](
         zmq.asyncio.Context(), ipc.endpoint(args.ipc_dir, ipc.TOKENIZER_MANAGER_IN), ToTokenizerManager)
@@ -56,7 +56,7 @@ async def _serve(args: ServerArgs, ready: Callable[[], None]) -> None:
             serving.result()
             raise RuntimeError(f"HTTP server did not start on {args.host}:{args.port}")
         await asyncio.sleep(0.02)
-    ready()
+    ready(port=server.servers[0].sockets[0].getsockname()[1])  # --port 0: the kernel's choice
     await serving
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # NOTE: every integer that reaches another process is bounded to a signed 64-bit value here, so
 # one out of range is a 400, never an overflow when the request is packed for the scheduler.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_TINY = 2.0**-126  # the smallest positive normal float32
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 TokenId = Annotated[int, Field(ge=0, le=INT64_MAX)]
 PromptInput = str | list[TokenId] | list[list[TokenId]] | list[str]
@@ -50,6 +51,14 @@ class _SamplingRequest(_Request):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # extension
     min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)  # extension, accepted and ignored
+
+    @field_validator("top_p")
+    @classmethod
+    def _top_p_survives_float32(cls, top_p: float) -> float:
+        # NOTE: the engines hold top_p in float32, where below FLOAT32_TINY it may become 0.0 and
+        # keep no token at all. Every top_p in (0, FLOAT32_TINY] keeps only the most likely token,
+        # so the clamp changes no output; a normal (not subnormal) float survives flush-to-zero.
+        return max(top_p, FLOAT32_TINY)
 
     @field_validator("stop")
     @classmethod

@@ -17,6 +17,7 @@ plus the chunks that arrived since, appended once; never a re-join of every chun
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 
 from reference_impl.messages import FinishReason
@@ -42,17 +43,28 @@ class ReqOutput:
         self.completion_tokens = completion_tokens
 
 
-class ReqState:
-    """The tokenizer manager's state of one request (one choice)."""
+_REQ_OUTPUT_BYTES = sys.getsizeof(ReqOutput(None, [], None, 0, 0))
 
-    __slots__ = ("rid", "index", "out_list", "event", "finished", "text_chunks", "_text",
-                 "_num_joined", "num_taken_chunks", "num_taken_chars", "output_ids", "created",
-                 "first_token_time", "last_time")
+
+class ReqState:
+    """The tokenizer manager's state of one request (one choice).
+
+    ``num_queued_bytes`` estimates what the outputs in ``out_list`` hold (see ``queued_bytes``);
+    ``is_waiting``: its consumer waits on ``event`` (False while it is away, e.g. writing to its
+    client); ``gone`` is the request's ``ClientGone``, set by the tokenizer manager.
+    """
+
+    __slots__ = ("rid", "index", "out_list", "num_queued_bytes", "is_waiting", "gone", "event",
+                 "finished", "text_chunks", "_text", "_num_joined", "num_taken_chunks",
+                 "num_taken_chars", "output_ids", "created", "first_token_time", "last_time")
 
     def __init__(self, rid: str, index: int, event, created: float):
         self.rid = rid
         self.index = index
         self.out_list: list[ReqOutput] = []
+        self.num_queued_bytes = 0
+        self.is_waiting = True
+        self.gone = None
         self.event = event
         self.finished = False
         self.text_chunks: list[str] = []
@@ -79,6 +91,14 @@ class ReqState:
         self.num_taken_chunks = len(self.text_chunks)
         self.num_taken_chars = start + len(tail)
         return tail, start
+
+
+def queued_bytes(state: ReqState, out: ReqOutput) -> int:
+    """Bytes ``out`` holds of its own while queued, in O(1): its text and its id list unless that
+    is the state's live list (the reference forms), plus the object (the ids' ints are shared)."""
+    ids_bytes = 0 if out.output_ids is state.output_ids else sys.getsizeof(out.output_ids)
+    text_bytes = 0 if out.text is None else sys.getsizeof(out.text)
+    return _REQ_OUTPUT_BYTES + ids_bytes + text_bytes
 
 
 class StreamOutputs(ABC):

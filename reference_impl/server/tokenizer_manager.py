@@ -1,7 +1,9 @@
 """The tokenizer manager: one state per request, the receive loop, and the waiting streams.
 
 Receive loop: a ``BatchStrOutput`` per engine step → each request's output is queued on its
-state (H3 decides what is queued) → the waiting coroutines are woken (H1 decides how).
+state (H3 decides what is queued) → the waiting coroutines are woken (H1 decides how). A stream
+whose consumer is away (its client not reading) while its queue passes
+``--max-queued-output-bytes`` is ended as if its client had gone.
 Transport-free: it sends through a callable and is fed batches by ``handle_batch``, so tests
 and benchmarks run the real handler in-process.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -22,8 +25,9 @@ from reference_impl.messages import (
     SchedulerStats,
     TokenizedGenerateReq,
 )
-from reference_impl.server.stream_outputs import ReqOutput, ReqState
+from reference_impl.server.stream_outputs import ReqOutput, ReqState, queued_bytes
 
+logger = logging.getLogger(__name__)
 _STATS_TIMEOUT_S = 10.0
 
 
@@ -87,14 +91,27 @@ class TokenizerManager:
         text, ids, finish = batch.texts[i], batch.new_token_ids[i], batch.finish_reasons[i]
         state.text_chunks.append(text)
         state.output_ids.extend(ids)
-        state.out_list.append(self._outputs.build(
-            state, text, ids, finish, batch.prompt_tokens[i], batch.completion_tokens[i]))
+        out = self._outputs.build(state, text, ids, finish, batch.prompt_tokens[i],
+                                  batch.completion_tokens[i])
+        state.out_list.append(out)
+        state.num_queued_bytes += queued_bytes(state, out)
         if self._metrics is not None:
             self._metrics.on_output(state, len(ids), time.perf_counter())
         if finish is not None:
             state.finished = True
             del self.rid_to_state[state.rid]
+        elif state.num_queued_bytes > self.args.max_queued_output_bytes and not state.is_waiting:
+            # NOTE: only a consumer away from its queue (writing to a client that does not read)
+            # is cut; one waiting for a turn of a busy event loop is the server's doing.
+            self._cut_off(state)
         return state
+
+    def _cut_off(self, state: ReqState) -> None:
+        """End a request whose consumer stopped taking its outputs (its client is not reading)."""
+        logger.info("a stream left %d bytes of outputs untaken (--max-queued-output-bytes): its "
+                    "client is not reading; request aborted", state.num_queued_bytes)
+        state.out_list, state.num_queued_bytes = [], 0
+        state.gone.set()
 
     # Request side
 
@@ -106,8 +123,10 @@ class TokenizerManager:
         no exception leaves a state behind in ``rid_to_state``.
         """
         states = self._register_and_send(reqs, indices)
-        if gone is not None:
-            gone.on_set(lambda: self._stop(states))
+        gone = gone if gone is not None else ClientGone()
+        for state in states:
+            state.gone = gone
+        gone.on_set(lambda: self._stop(states))
         try:
             if len(states) == 1:
                 async for out in self._wait_one(states[0], gone):
@@ -156,14 +175,16 @@ class TokenizerManager:
             raise
         return states
 
-    async def _wait_one(self, state: ReqState, gone: ClientGone | None) -> AsyncIterator[ReqOutput]:
+    async def _wait_one(self, state: ReqState, gone: ClientGone) -> AsyncIterator[ReqOutput]:
         take = self._outputs.take
         while True:
+            state.is_waiting = True
             await state.event.wait()
+            state.is_waiting = False
             state.event.clear()
-            if gone is not None and gone.is_set:
+            if gone.is_set:
                 raise ConnectionAbortedError("client disconnected")
-            outs, state.out_list = state.out_list, []
+            outs, state.out_list, state.num_queued_bytes = state.out_list, [], 0
             if not outs:
                 continue
             out = take(state, outs)
@@ -171,16 +192,20 @@ class TokenizerManager:
             if out.finish_reason is not None:
                 return
 
-    async def _wait_many(self, states: list[ReqState], gone: ClientGone | None
+    async def _wait_many(self, states: list[ReqState], gone: ClientGone
                          ) -> AsyncIterator[tuple[int, ReqOutput]]:
-        queue: asyncio.Queue = asyncio.Queue()
+        # NOTE: bounded, so a pump whose merged stream is not taken leaves its outputs queued in
+        # its state, where --max-queued-output-bytes counts them.
+        queue: asyncio.Queue = asyncio.Queue(maxsize=len(states))
 
         async def pump(state: ReqState) -> None:
             try:
                 async for out in self._wait_one(state, gone):
-                    queue.put_nowait((state.index, out))
+                    await queue.put((state.index, out))
+            except asyncio.CancelledError:
+                raise
             except BaseException as exc:  # surfaced to the merged stream
-                queue.put_nowait(exc)
+                await queue.put(exc)
 
         tasks = [asyncio.create_task(pump(s)) for s in states]
         try:

@@ -1,0 +1,98 @@
+"""Issue 23 item 7, every form: a stream whose client never reads is cut off by
+--max-queued-output-bytes (499, its request aborted) before the legacy H3 'copy' form's queued
+copies grow the HTTP process without bound; a client that reads is never cut."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from reference_impl.subprocess_server import ServerProcess
+from tests.reference_impl.conftest import MODEL, metric
+
+MAX_PEAK_RSS_MB = 600  # 5 such streams peaked at ~2.5 GB before the bound, ~300 MB with it
+NEVER = ("--timeout-response-write", "3600")  # only the queue bound can end a stream here
+STATUS_499 = 'num_requests_total{endpoint="chat",status="499"}'
+
+
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM"))
+
+
+def _open_unread_stream(port: int, n: int) -> socket.socket:
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": n,
+                       "max_tokens": 120_000, "ignore_eos": True, "stream": True}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return sock
+
+
+def _wait_for_499s(srv: ServerProcess, http_pid: int, count: int) -> str:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        text = httpx.get(srv.url + "/metrics", timeout=60).text
+        if metric(text, STATUS_499) >= count:
+            return text
+        assert _peak_rss_mb(http_pid) < MAX_PEAK_RSS_MB, "memory kept growing: never cut off"
+        time.sleep(0.2)
+    raise AssertionError(f"only {metric(text, STATUS_499):.0f} of {count} streams ended as 499")
+
+
+@pytest.mark.parametrize("flags", [
+    ("--all-legacy",),  # the default bound
+    ("--stream-output", "reference", "--max-queued-output-bytes", "1000000"),
+    ("--stream-output", "reference-full", "--max-queued-output-bytes", "1000000"),
+    ("--incremental-streaming-output", "--max-queued-output-bytes", "1000000"),
+], ids=["all-legacy", "reference", "reference-full", "incremental"])
+def test_streams_whose_client_never_reads_end_as_499_with_bounded_memory(flags):
+    with ServerProcess("--sim-profile", "zero", *NEVER, *flags) as srv:
+        srv.warm_up()
+        http = srv.child_pids()["http"]
+        socks = [_open_unread_stream(srv.port, n) for n in (1, 1, 1, 1, 2)]
+        try:
+            text = _wait_for_499s(srv, http, len(socks))
+        finally:
+            for sock in socks:
+                sock.close()
+        assert metric(text, STATUS_499) == len(socks)
+        assert metric(text, "num_tracked_reqs") == 0
+        assert _peak_rss_mb(http) < MAX_PEAK_RSS_MB
+        ok = httpx.post(srv.url + "/v1/chat/completions", timeout=60,
+                        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                              "max_tokens": 8})
+        assert ok.status_code == 200
+
+
+def test_readers_that_keep_up_are_not_cut_under_all_legacy():
+    num_tokens, finals = 20_000, []
+
+    def read(client: openai.OpenAI) -> None:
+        stream = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=num_tokens,
+            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        finish, usage = None, None
+        for chunk in stream:
+            finish = next((c.finish_reason for c in chunk.choices if c.finish_reason), finish)
+            usage = chunk.usage or usage
+        finals.append((finish, usage.completion_tokens))
+
+    with ServerProcess("--all-legacy", "--sim-profile", "zero") as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=300, max_retries=0)
+        readers = [threading.Thread(target=read, args=(client,)) for _ in range(3)]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join()
+        text = httpx.get(srv.url + "/metrics", timeout=60).text
+    assert finals == [("length", num_tokens)] * 3
+    assert metric(text, STATUS_499) == 0
