@@ -18,13 +18,14 @@ LONG_STREAM = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12
                "ignore_eos": True, "stream": True}
 
 
-def slow_client(port: int, model: str) -> socket.socket:
-    """A long streaming chat request sent on a socket with a 4 KB receive buffer."""
+def slow_client(port: int, model: str, **fields) -> socket.socket:
+    """A long streaming chat request (``fields`` added to its body) sent on a socket with a 4 KB
+    receive buffer; the caller reads as little as it likes."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(60)
     sock.connect(("127.0.0.1", port))
-    data = json.dumps({"model": model, **LONG_STREAM}).encode()
+    data = json.dumps({"model": model, **LONG_STREAM, **fields}).encode()
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
     return sock

@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from harness.probes import slow_client
 from reference_impl.subprocess_server import ServerProcess
 from tests.reference_impl.conftest import MODEL, metric
 
@@ -61,17 +62,6 @@ def test_endless_request_heads_get_431_and_memory_stays_flat():
         assert httpx.post(srv.url + "/detokenize", json=big_body, timeout=60).status_code == 200
 
 
-def _open_unread_stream(port: int) -> socket.socket:
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                       "max_tokens": 120_000, "ignore_eos": True, "stream": True}).encode()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    return sock
-
-
 @pytest.mark.parametrize("form", ["reference", "reference-full"])
 def test_a_client_that_stops_reading_is_cut_off_as_499(form):
     with ServerProcess("--sim-profile", "zero", "--stream-output", form,
@@ -80,7 +70,7 @@ def test_a_client_that_stops_reading_is_cut_off_as_499(form):
         srv.warm_up()
         http = srv.child_pids()["http"]
         before = _rss_mb(http)
-        socks = [_open_unread_stream(srv.port) for _ in range(5)]
+        socks = [slow_client(srv.port, MODEL) for _ in range(5)]
         try:
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:

@@ -4,8 +4,6 @@ copies grow the HTTP process without bound; a client that reads is never cut."""
 
 from __future__ import annotations
 
-import json
-import socket
 import threading
 import time
 
@@ -13,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from harness.probes import slow_client
 from reference_impl.subprocess_server import ServerProcess
 from tests.reference_impl.conftest import MODEL, metric
 
@@ -24,17 +23,6 @@ STATUS_499 = 'num_requests_total{endpoint="chat",status="499"}'
 def _peak_rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM"))
-
-
-def _open_unread_stream(port: int, n: int) -> socket.socket:
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": n,
-                       "max_tokens": 120_000, "ignore_eos": True, "stream": True}).encode()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    return sock
 
 
 def _wait_for_499s(srv: ServerProcess, http_pid: int, count: int) -> str:
@@ -58,7 +46,7 @@ def test_streams_whose_client_never_reads_end_as_499_with_bounded_memory(flags):
     with ServerProcess("--sim-profile", "zero", *NEVER, *flags) as srv:
         srv.warm_up()
         http = srv.child_pids()["http"]
-        socks = [_open_unread_stream(srv.port, n) for n in (1, 1, 1, 1, 2)]
+        socks = [slow_client(srv.port, MODEL, n=n) for n in (1, 1, 1, 1, 2)]
         try:
             text = _wait_for_499s(srv, http, len(socks))
         finally:
