@@ -62,8 +62,9 @@ def test_streams_whose_client_never_reads_end_as_499_with_bounded_memory(flags):
 
 
 def test_readers_that_keep_up_are_not_cut_under_all_legacy():
-    """A reader that takes its outputs is never cut, even with a bound far below what its
-    outputs add up to (2,000 copy-form outputs of up to ~22 KB: ~22 MB against 2 MiB)."""
+    """A reader that takes its outputs is never cut, even with a bound below one output (copy-form
+    outputs grow to ~22 KB at 2,000 tokens; the bound is 4 KiB): outputs are queued by the same
+    event loop, so they only ever land while such a reader waits for them."""
     # NOTE: the default profile sleeps >= 6 ms a decode step, so a reader keeps up on any
     # machine; with the zero profile a starved reader on a busy machine can fall behind.
     num_tokens, finals = 2_000, []
@@ -78,7 +79,7 @@ def test_readers_that_keep_up_are_not_cut_under_all_legacy():
             usage = chunk.usage or usage
         finals.append((finish, usage.completion_tokens))
 
-    with ServerProcess("--all-legacy", "--max-queued-output-bytes", str(2 << 20)) as srv:
+    with ServerProcess("--all-legacy", "--max-queued-output-bytes", "4096") as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=300, max_retries=0)
         readers = [threading.Thread(target=read, args=(client,)) for _ in range(3)]
         for reader in readers:
