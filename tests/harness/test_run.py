@@ -13,24 +13,27 @@ from harness.profiler import find_py_spy, read_stacks
 from harness.run import PROCESSES, tokens_per_chunk
 
 SMALL = Load(8, 8, 16, 8)
+# NOTE: enough work that the HTTP process uses CPU clock ticks (10 ms) and py-spy samples even
+# on a busy machine.
+BUSY = Load(8, 32, 16, 32)
 
 
 def test_a_run_reads_loadgen_cpu_and_metrics(tmp_path: Path):
-    result = run_under_load(all_optimized(), SMALL, tmp_path, server_flags=("--sim-profile", "zero"))
-    assert result.loadgen["completed"] == 8 and result.loadgen["failed"] == 0
+    result = run_under_load(all_optimized(), BUSY, tmp_path, server_flags=("--sim-profile", "zero"))
+    assert result.loadgen["completed"] == 32 and result.loadgen["failed"] == 0
     assert set(result.cpu_s) == set(PROCESSES) and result.cpu_s["http"] > 0
     generated = result.metrics.value("reference:generation_tokens_total")
-    assert generated >= result.output_tokens == 8 * 8  # the warm-up request's tokens come first
-    assert result.metrics.total("reference:num_requests_total", endpoint="chat", status="200") == 9
-    assert 1.0 <= result.tokens_per_chunk <= 8.0
+    assert generated >= result.output_tokens == 32 * 32  # the warm-up request's tokens come first
+    assert result.metrics.total("reference:num_requests_total", endpoint="chat", status="200") == 33
+    assert 1.0 <= result.tokens_per_chunk <= 32.0
     assert result.http_cpu_us_per_token > 0
-    assert json.loads((tmp_path / "all-optimized.json").read_text())["completed"] == 8
+    assert json.loads((tmp_path / "all-optimized.json").read_text())["completed"] == 32
     assert (tmp_path / "all-optimized.server.log").exists()
 
 
 def test_a_profiled_run_has_stacks_of_every_process(tmp_path: Path):
     profiling = Profiling(find_py_spy(), rate=1000)
-    result = run_under_load(by_name("all-legacy"), SMALL, tmp_path, profiling=profiling,
+    result = run_under_load(by_name("all-legacy"), BUSY, tmp_path, profiling=profiling,
                             server_flags=("--sim-profile", "zero"))
     assert set(result.profiles) == set(PROCESSES)
     assert sum(read_stacks(result.profiles["http"]).values()) > 0
