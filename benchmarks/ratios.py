@@ -1,9 +1,13 @@
-"""Optimized/legacy ratio table from one asv results file (the figures in benchmarks/README.md).
+"""Optimized/legacy ratio tables (the figures in benchmarks/README.md).
 
     python -m benchmarks.ratios .asv/results/<machine>/<commit>-<env>.json
+    python -m benchmarks.ratios --measure [--only REGEX]
 
-Every benchmark with a ``form`` parameter gets one row per other-parameter combination: the
-legacy and optimized results and optimized/legacy (below 1: the optimized form is cheaper).
+From a results file: every benchmark with a ``form`` parameter gets one row per other-parameter
+combination: the legacy and optimized results and optimized/legacy (below 1: the optimized
+form is cheaper). ``--measure`` runs every instruction-count case (``benchmarks/instructions``)
+once under callgrind and once natively in this process, and prints the ratio in instructions
+next to the ratio in wall time, for the same workload.
 """
 
 from __future__ import annotations
@@ -50,10 +54,54 @@ def _fmt(value: float) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
+def instruction_and_wall_ratios(only: str | None = None) -> list[tuple[str, dict, dict]]:
+    """(case, {form: instructions per call}, {form: seconds per call}) for every case."""
+    from benchmarks.common import best_time
+    from benchmarks.instructions import CASES, FORMS, measure
+
+    counts = measure(only)
+    rows = []
+    for case in CASES:
+        if f"{case.name}/legacy" not in counts:
+            continue
+        instr, wall = {}, {}
+        for form in FORMS:
+            instr[form] = counts[f"{case.name}/{form}"]["per_call"]
+            if instr[form] is None:
+                continue
+            workload = case.build(form)
+            wall[form] = best_time(workload.run, repeat=5, min_time=0.02)
+            close = getattr(workload, "close", None)
+            if close is not None:
+                close()
+        rows.append((case.name, instr, wall))
+    return rows
+
+
+def _print_measured(rows) -> None:
+    print("| case | legacy instr | optimized instr | ratio (instr) | legacy time | optimized time | ratio (time) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, instr, wall in rows:
+        if None in instr.values() or len(wall) < 2:
+            print(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a |")
+            continue
+        print(f"| {name} | {instr['legacy']:,.0f} | {instr['optimized']:,.0f} | "
+              f"{instr['optimized'] / instr['legacy']:.3f} | {_fmt(wall['legacy'])} | "
+              f"{_fmt(wall['optimized'])} | {wall['optimized'] / wall['legacy']:.3f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", help="an asv results JSON file")
+    parser.add_argument("results", nargs="?", help="an asv results JSON file")
+    parser.add_argument("--measure", action="store_true",
+                        help="count instructions and time every instruction-count case now")
+    parser.add_argument("--only", help="with --measure: a regex over case names")
     args = parser.parse_args(argv)
+    if args.measure:
+        _print_measured(instruction_and_wall_ratios(args.only))
+        return
+    if not args.results:
+        parser.error("give a results file or --measure")
     with open(args.results) as f:
         rows = form_ratios(json.load(f))
     print("| benchmark | params | legacy | optimized | optimized/legacy |")

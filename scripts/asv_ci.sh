@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# CI asv step: `asv continuous` between HEAD~1 and HEAD on the fast benchmark families.
-# Fails (non-zero) on a significant slowdown and prints the comparison table; passes quietly
-# when there is no previous commit or it predates the benchmark suite.
-# A benchmark flagged at --factor is measured again, up to ASV_RETRIES (2) more times with more
-# rounds, and fails the step only if every pass flags it: on this noisy 2-core machine a one-off
-# 20-40% shift happens between identical commits, and once a README-only commit had a 3 µs
-# benchmark flagged at 1.9x and then 2.5x (a neighbour's burst), while a real slowdown repeats.
-# That lets the factor be 1.2, so a 25% slowdown is caught.
+# CI asv step, two gates between BASE (default HEAD~1) and HEAD_REV (default HEAD):
+#   counts  instruction counts of every hot path's CI family under callgrind (bench_instructions),
+#           `asv continuous --factor 1.015`, no re-runs: the counts are deterministic (A/A spread
+#           0.03%, heap-layout shifts up to 0.9%; see benchmarks/README.md), so 2% is caught.
+#   wall    wall time of the fast families, `asv continuous --factor 1.2` with re-runs of flagged
+#           benchmarks: it still sees what counts miss (syscalls, waiting, caches, memory).
+# Both always run; the log ends with one line per gate (pass / FIRED). A commit accepts a
+# deliberate slowdown with a line `asv-accept: counts` (or wall, or both) in its message.
+# Exits 0 with one line when there is no previous commit or it predates the benchmark suite.
+#
+# Wall gate: a benchmark flagged at --factor is measured again, up to ASV_RETRIES (2) more
+# times with more rounds, and fires only if every pass flags it: on this noisy 2-core machine a
+# one-off 20-40% shift happens between identical commits, while a real slowdown repeats.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 FACTOR=${ASV_FACTOR:-1.2}
+COUNT_FACTOR=${ASV_COUNT_FACTOR:-1.015}
+GATES=${ASV_GATES:-counts wall}
 RETRIES=${ASV_RETRIES:-2}
 RETRY_ROUNDS=${ASV_RETRY_ROUNDS:-6}
 MACHINE=${ASV_MACHINE:-serving-hotpaths-2core}
@@ -22,6 +29,7 @@ DEFAULT_FAST+='|^bench_stream_outputs\.TimeStreamOutputs\.time_request\(.*, 4000
 DEFAULT_FAST+='|^bench_token_storage\.TimeTokenStorage\.time_stage\(.*, 10000, '
 DEFAULT_FAST+='|^bench_stream_deltas\.TimeStreamDeltas\.time_request\(.*, 4000\)'
 FAST=${ASV_BENCH:-$DEFAULT_FAST}
+COUNTS=${ASV_COUNT_BENCH:-^bench_instructions\.}
 BASE=${1:-HEAD~1}
 HEAD_REV=${2:-HEAD}
 
@@ -38,30 +46,43 @@ fi
 # NOTE: asv builds its environments with pip; an unset PIP_NO_CACHE_DIR keeps pip's cache in use.
 unset PIP_NO_CACHE_DIR
 "$PY" -m asv machine --yes --machine "$MACHINE" >/dev/null
-start=$(date +%s)
-continuous() {  # continuous BENCH_REGEX LOG [ASV ARGS...]: one asv continuous run, teed to LOG
-    local bench=$1 out=$2
-    shift 2
-    "$PY" -m asv continuous --factor "$FACTOR" --split --machine "$MACHINE" -b "$bench" "$@" \
+continuous() {  # continuous FACTOR BENCH_REGEX LOG [ASV ARGS...]: one asv continuous run, teed to LOG
+    local factor=$1 bench=$2 out=$3
+    shift 3
+    "$PY" -m asv continuous --factor "$factor" --split --machine "$MACHINE" -b "$bench" "$@" \
         "$BASE" "$HEAD_REV" 2>&1 | tee "$out"
     return "${PIPESTATUS[0]}"
 }
-flagged_regex() {  # the benchmarks a log flags as slower ("| +" rows), as one exact regex
-    "$PY" - "$1" <<'PY'
-import re, sys
-rows = [line.split("|") for line in open(sys.argv[1]) if line.startswith("| +")]
-print("|".join("^" + re.escape(row[5].strip()) + "$" for row in rows if len(row) > 5))
-PY
+counts_gate() {  # deterministic: one measurement per commit
+    echo "=== asv gate counts: instruction counts, factor $COUNT_FACTOR ==="
+    if ! command -v valgrind >/dev/null; then
+        echo "asv gate counts: skipped, valgrind is not installed (apt-get install valgrind)" | tee "$1"
+        return 0
+    fi
+    continuous "$COUNT_FACTOR" "$COUNTS" "$1"
 }
-log=$(mktemp)
-status=0
-continuous "$FAST" "$log" || status=$?
-for (( try = 1; status != 0 && try <= RETRIES; try++ )); do
-    again=$(flagged_regex "$log")
-    [ -n "$again" ] || break
-    echo "asv: measuring the flagged benchmarks again ($try of $RETRIES, $RETRY_ROUNDS rounds) to rule out noise: $again"
+wall_gate() {  # noisy: flagged benchmarks are measured again
+    echo "=== asv gate wall: wall time, factor $FACTOR ==="
+    local status=0 try again
+    continuous "$FACTOR" "$FAST" "$1" || status=$?
+    for (( try = 1; status != 0 && try <= RETRIES; try++ )); do
+        again=$("$PY" -m benchmarks.gate flagged "$1")
+        [ -n "$again" ] || break
+        echo "asv: measuring the flagged benchmarks again ($try of $RETRIES, $RETRY_ROUNDS rounds) to rule out noise: $again"
+        status=0
+        continuous "$FACTOR" "$again" "$1" --attribute rounds="$RETRY_ROUNDS" || status=$?
+    done
+    return "$status"
+}
+logdir=${ASV_LOG_DIR:-$(mktemp -d)}
+mkdir -p "$logdir"
+statuses=() logs=()
+for gate in $GATES; do
+    start=$(date +%s)
     status=0
-    continuous "$again" "$log" --attribute rounds="$RETRY_ROUNDS" || status=$?
+    "${gate}_gate" "$logdir/$gate.log" || status=$?
+    echo "asv: gate $gate, $BASE..$HEAD_REV, took $(( $(date +%s) - start )) s, exit $status"
+    statuses+=("$gate=$status") logs+=(--log "$gate=$logdir/$gate.log")
 done
-echo "asv: continuous $BASE..$HEAD_REV (factor $FACTOR) took $(( $(date +%s) - start )) s, exit $status"
-exit "$status"
+echo "=== asv gates: $BASE..$HEAD_REV ==="
+"$PY" -m benchmarks.gate verdict "$HEAD_REV" "${statuses[@]}" "${logs[@]}"

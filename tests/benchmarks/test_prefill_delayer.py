@@ -50,3 +50,20 @@ def test_h5_regime_prints_one_json_row_per_run(capsys):
 def test_h5_regime_refuses_unknown_delayer():
     with pytest.raises(SystemExit, match="unknown delayer"):
         h5_regime.main(["--delayers", "slot-only"])
+
+
+@pytest.mark.parametrize("form", ["legacy", "optimized"])
+def test_decide_sequence(bench, form):
+    """The instruction-count workload of H5: ``decide`` over seeded passes of 4 DP ranks."""
+    from benchmarks.workloads.decide import NUM_PASSES, DecideSequence
+
+    workload = DecideSequence(form)
+    allowed = bench(workload.run)
+    assert 0 < allowed < NUM_PASSES
+    assert workload.run() == allowed
+
+
+def test_decide_sequence_holds_more_passes_with_the_queue_trigger():
+    from benchmarks.workloads.decide import DecideSequence
+
+    assert DecideSequence("optimized").run() < DecideSequence("legacy").run()
