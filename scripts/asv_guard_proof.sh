@@ -15,7 +15,7 @@
 # Prints a table: scenario -> each gate's verdict and largest ratio, expected, OK/UNEXPECTED;
 # exits non-zero if any verdict differs from the expected one. Logs land next to the clone.
 set -euo pipefail
-SRC=$(cd "$(dirname "$0")/.." && pwd)
+SRC=${ASV_PROOF_SRC:-$(cd "$(dirname "$0")/.." && pwd)}  # the source repository
 WORK=${ASV_PROOF_DIR:-$(mktemp -d /tmp/asv-guard-proof.XXXXXX)}
 NUM_AA=${ASV_PROOF_AA:-10}
 SCENARIOS=("$@")
