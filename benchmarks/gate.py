@@ -2,7 +2,8 @@
 
     python -m benchmarks.gate flagged LOG            # the benchmarks LOG flags as slower, as a regex
     python -m benchmarks.gate verdict REV counts=STATUS wall=STATUS [--log counts=LOG ...]
-    python -m benchmarks.gate ratio LOG              # the largest ratio in LOG's table, and its benchmark
+    python -m benchmarks.gate ratio LOG [--match RE] # the largest ratio in LOG's table, and its benchmark
+    python -m benchmarks.gate exact RESULTS_DIR BASE HEAD [--match RE]  # exact ratios, stored results
 
 Two gates: ``counts`` (instruction counts, ``asv continuous --factor 1.015``) and ``wall`` (wall
 time, ``--factor 1.2`` with re-runs). A gate fires when its ``asv continuous`` exits non-zero.
@@ -51,12 +52,13 @@ def flagged(log: str) -> list[str]:
     return names
 
 
-def max_ratio(log: str) -> tuple[float, str] | None:
-    """The largest after/before ratio in an ``asv continuous --split`` log, and its benchmark."""
+def max_ratio(log: str, match: str | None = None) -> tuple[float, str] | None:
+    """The largest after/before ratio in an ``asv continuous``/``asv compare --split`` table, and
+    its benchmark; only benchmarks whose name ``match`` (a regex) matches, when given."""
     best = None
     for line in log.splitlines():
         cells = line.split("|")
-        if len(cells) > 5:
+        if len(cells) > 5 and (match is None or re.search(match, cells[5].strip())):
             try:
                 ratio = float(cells[4].strip().lstrip("~"))
             except ValueError:
@@ -64,6 +66,31 @@ def max_ratio(log: str) -> tuple[float, str] | None:
             if best is None or ratio > best[0]:
                 best = (ratio, cells[5].strip())
     return best
+
+
+def exact_ratios(results_dir: str, base: str, head: str, match: str) -> dict[str, float]:
+    """HEAD/BASE for every result whose name matches ``match``, from asv's stored results
+    (``asv compare`` rounds to two decimals, too coarse for instruction counts)."""
+    import glob
+    import itertools
+    import json
+
+    def load(rev: str) -> dict[str, float]:
+        path, = glob.glob(f"{results_dir}/{rev[:8]}-*.json")
+        data = json.load(open(path))
+        values = {}
+        for name, row in data["results"].items():
+            entry = dict(zip(data["result_columns"], row, strict=False))
+            if not re.search(match, name) or entry.get("result") is None:
+                continue
+            combos = itertools.product(*entry["params"]) if entry.get("params") else [()]
+            for combo, value in zip(combos, entry["result"], strict=False):
+                if isinstance(value, int | float) and value > 0 and value != float("inf"):
+                    values[f"{name}({', '.join(combo)})"] = value
+        return values
+
+    before, after = load(base), load(head)
+    return {name: after[name] / before[name] for name in before.keys() & after.keys() if before[name]}
 
 
 def verdict(statuses: dict[str, int], accepted: set[str], logs: dict[str, str] | None = None) -> tuple[list[str], int]:
@@ -107,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     p_flagged.add_argument("log")
     p_ratio = sub.add_parser("ratio", help="the largest ratio in a log's table, and its benchmark")
     p_ratio.add_argument("log")
+    p_ratio.add_argument("--match", help="only benchmarks whose name matches this regex")
+    p_exact = sub.add_parser("exact", help="the largest and smallest exact ratio from stored results")
+    p_exact.add_argument("results_dir")
+    p_exact.add_argument("base")
+    p_exact.add_argument("head")
+    p_exact.add_argument("--match", default=".")
     p_verdict = sub.add_parser("verdict", help="one line per gate and the exit status")
     p_verdict.add_argument("rev", help="the commit whose message may accept a gate")
     p_verdict.add_argument("statuses", nargs="+", help="GATE=EXIT_STATUS")
@@ -118,8 +151,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "ratio":
         with open(args.log) as f:
-            best = max_ratio(f.read())
+            best = max_ratio(f.read(), args.match)
         print("n/a" if best is None else f"{best[0]:.3f} {best[1]}")
+        return 0
+    if args.command == "exact":
+        ratios = exact_ratios(args.results_dir, args.base, args.head, args.match)
+        if not ratios:
+            print("n/a")
+            return 0
+        high, low = max(ratios, key=ratios.get), min(ratios, key=ratios.get)
+        print(f"{ratios[high]:.4f} {high}; lowest {ratios[low]:.4f}")
         return 0
     try:
         accepted = accepted_gates(_message(args.rev))

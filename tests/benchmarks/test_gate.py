@@ -87,3 +87,23 @@ def test_verdict_command_reads_the_commit_message(tmp_path, message, expected_st
         assert proc.stdout.splitlines()[1] == "asv gate wall: pass"
     else:
         assert "names no gate" in proc.stderr
+
+
+def test_max_ratio_can_keep_one_gates_benchmarks():
+    assert max_ratio(LOG, match=r"^bench_sse[.]") == (0.80, "bench_sse.TimeChatChunk.time_encode('optimized', 'first')")
+
+
+def test_exact_ratios_read_asv_results_files(tmp_path):
+    import json
+
+    from benchmarks.gate import exact_ratios
+
+    columns = ["result", "params", "version"]
+    name = "bench_instructions.TrackInstructions.track_instructions"
+    params = [["'h2-first-chunk'"], ["'legacy'", "'optimized'"]]
+    for rev, values in (("aaaaaaaa11", [68_000.0, 11_900.0]), ("bbbbbbbb22", [68_000.0, 12_138.0])):
+        results = {name: [values, params, "v"], "bench_sse.TimeChatChunk.time_encode": [[float("nan")], [["'x'"]], "v"]}
+        (tmp_path / f"{rev[:8]}-env-x.json").write_text(json.dumps({"result_columns": columns, "results": results}))
+    ratios = exact_ratios(str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", r"^bench_")
+    assert ratios == {f"{name}('h2-first-chunk', 'legacy')": 1.0,
+                      f"{name}('h2-first-chunk', 'optimized')": pytest.approx(1.02)}
