@@ -16,8 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What a measurement runs: the server and the load generator.
 MEASURED = ("reference_impl", "loadgen")
 #: Parts of those packages no measurement runs (loadgen's self-tests and peers).
-NEVER_MEASURED = ("loadgen/testserver.py", "loadgen/hostile.py", "loadgen/selfbench.py",
-                  "loadgen/aiohttp_peer.py")
+NEVER_MEASURED = ("loadgen/selftest/",)
 #: The torch engine: measured only by scenarios on ``--engine torch``.
 TORCH_ENGINE = "reference_impl/engine/torch_engine"
 DATA_SUFFIXES = (".json", ".jinja")

@@ -12,7 +12,7 @@ import math
 import os
 from urllib.parse import urlsplit
 
-from loadgen.config import SLO
+from loadgen.plan.config import SLO
 
 
 def _number(text: str, kind: type) -> float:

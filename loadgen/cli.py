@@ -14,10 +14,17 @@ from rich.live import Live
 from rich.text import Text
 
 from loadgen import argtypes as at
-from loadgen.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
-from loadgen.datasets import CONVENTIONS, DatasetConfig, length_range
-from loadgen.report import compare, print_table, result_dict, save_result, write_json, write_records
-from loadgen.runner import SetupError, run, wait_ready
+from loadgen.plan.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
+from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
+from loadgen.report.results import (
+    compare,
+    print_table,
+    result_dict,
+    save_result,
+    write_json,
+    write_records,
+)
+from loadgen.run.runner import SetupError, run, wait_ready
 
 _RC, _DC = RunConfig(concurrency=1, num_prompts=1), DatasetConfig()
 # Defaults that differ between the two upstream tools (--flags-from picks the set).
@@ -304,12 +311,13 @@ def _run(argv: list[str]) -> int:
     return _exit_code(cfg, result)
 
 
-def _compare(paths: list[str]) -> int:
-    if not paths:
-        print("usage: loadgen compare A.json B.json ...", file=sys.stderr)
-        return 2
+def _compare(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="loadgen compare",
+                                description="Saved runs (--output files) side by side, with ratios to the first.")
+    p.add_argument("paths", nargs="+", metavar="RUN.json")
+    args = p.parse_args(argv)
     try:
-        compare(paths)
+        compare(args.paths)
     except ValueError as exc:
         print(f"loadgen compare: {exc}", file=sys.stderr)
         return 2

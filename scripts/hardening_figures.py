@@ -26,7 +26,7 @@ import httpx
 from harness import Load, run_loadgen
 from harness.probes import reset, slow_client, wait_settled
 from harness.prometheus import parse, scrape
-from loadgen import testserver
+from loadgen.selftest import testserver
 from reference_impl.subprocess_server import ServerProcess, cpu_seconds, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

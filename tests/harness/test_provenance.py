@@ -37,7 +37,7 @@ def test_a_code_change_changes_it(tree: Path):
 
 def test_a_change_in_loadgen_changes_it(tree: Path):
     before = provenance.fingerprint(tree)
-    path = tree / "loadgen/sse.py"
+    path = tree / "loadgen/run/sse.py"
     path.write_text(path.read_text() + "\nEXTRA = 1\n")
     assert provenance.fingerprint(tree) != before
 
@@ -53,7 +53,7 @@ def test_comments_docstrings_and_layout_do_not(tree: Path):
 
 def test_never_measured_and_excluded_parts_do_not(tree: Path):
     before = provenance.fingerprint(tree, exclude=(provenance.TORCH_ENGINE,))
-    (tree / "loadgen/testserver.py").write_text("X = 1\n")
+    (tree / "loadgen/selftest/testserver.py").write_text("X = 1\n")
     model = tree / provenance.TORCH_ENGINE / "model.py"
     model.write_text(model.read_text() + "\nY = 2\n")
     assert provenance.fingerprint(tree, exclude=(provenance.TORCH_ENGINE,)) == before

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.testserver import spawn
+from loadgen.selftest.testserver import spawn
 
 
 class ServerProcess:
-    """A `python -m loadgen.testserver` subprocess bound to 127.0.0.1."""
+    """A `python -m loadgen.selftest.testserver` subprocess bound to 127.0.0.1."""
 
     def __init__(self, *flags: str) -> None:
         self.proc, self.base_url = spawn(*flags)

@@ -140,9 +140,9 @@ def test_a_reset_tls_handshake_says_why():
     import struct
     import threading
 
-    from loadgen.config import RunConfig
-    from loadgen.datasets import DatasetConfig
-    from loadgen.runner import run
+    from loadgen.plan.config import RunConfig
+    from loadgen.plan.datasets import DatasetConfig
+    from loadgen.run.runner import run
 
     listener = socket.create_server(("127.0.0.1", 0))
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from loadgen.cli import build_parser, config_from_args, convention_note, main
-from loadgen.datasets import DatasetConfig, build_prompts, length_range, sample_lengths
+from loadgen.plan.datasets import DatasetConfig, build_prompts, length_range, sample_lengths
 
 
 def _parse(*flags: str):
@@ -111,7 +111,7 @@ def _tiny_tokenizer_dir(tmp_path, with_template: bool = True):
 
 
 def test_tokenizer_directory_and_its_chat_template(tmp_path):
-    from loadgen.lengths import FileTokenizer
+    from loadgen.plan.lengths import FileTokenizer
 
     tok = FileTokenizer(str(_tiny_tokenizer_dir(tmp_path)))
     text = "hello world model"
@@ -134,7 +134,7 @@ def test_run_with_a_tokenizer_directory_counts_the_template(start_server, tmp_pa
     data = json.loads(out.read_text())
     assert rc == 0 and data["completed"] == 4
     assert "chat template" in data["dataset"]["input_lengths"]
-    from loadgen.lengths import FileTokenizer
+    from loadgen.plan.lengths import FileTokenizer
 
     tok = FileTokenizer(str(tok_dir))
     prompts = build_prompts(DatasetConfig(num_prompts=4, random_input_len=12, random_output_len=3, seed=0,

@@ -8,8 +8,8 @@ import random
 
 import numpy as np
 
-from loadgen.datasets import DatasetConfig, build_prompts, sample_lengths
-from loadgen.schedule import arrival_offsets_s
+from loadgen.plan.datasets import DatasetConfig, build_prompts, sample_lengths
+from loadgen.plan.schedule import arrival_offsets_s
 
 
 def test_random_lengths_are_uniform_in_upstream_range():
@@ -49,7 +49,7 @@ def test_arrivals_constant_and_poisson():
 
 
 def test_vllm_rate_ramps():
-    from loadgen.schedule import ramp_offsets_s, ramp_rate
+    from loadgen.plan.schedule import ramp_offsets_s, ramp_rate
 
     assert ramp_rate("linear", 2.0, 10.0, 0, 5) == 2.0 and ramp_rate("linear", 2.0, 10.0, 4, 5) == 10.0
     assert ramp_rate("exponential", 1.0, 16.0, 2, 5) == 4.0

@@ -1,4 +1,4 @@
-"""Hostile servers (loadgen/hostile.py) against real loadgen processes on 127.0.0.1, both transports:
+"""Hostile servers (loadgen/selftest/hostile.py) against real loadgen processes on 127.0.0.1, both transports:
 endless response heads, 1xx heads, unasked-for responses, untrusted usage."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from loadgen.config import RunConfig
-from loadgen.datasets import DatasetConfig
-from loadgen.runner import run
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import DatasetConfig
+from loadgen.run.runner import run
 
 SMALL = DatasetConfig(random_input_len=8, random_output_len=6, random_range_ratio=1.0)
 TRANSPORTS = ("lean", "httpx")
@@ -76,7 +76,8 @@ def test_usage_out_of_range_is_malformed_sse(start_server, fault):
 
 
 def test_a_dead_worker_fails_the_run(start_server, monkeypatch, capsys):
-    from loadgen import cli, worker
+    from loadgen import cli
+    from loadgen.run import worker
 
     def crash(raw, tokenizer=None):
         raise OverflowError("int too big to convert")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from loadgen.config import RunConfig
-from loadgen.datasets import DatasetConfig
-from loadgen.lengths import SOURCE_ESTIMATE, SOURCE_SERVER, fit_to_len
-from loadgen.runner import run
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import DatasetConfig
+from loadgen.plan.lengths import SOURCE_ESTIMATE, SOURCE_SERVER, fit_to_len
+from loadgen.run.runner import run
 
 
 class _MergingTokenizer:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.config import RunConfig
-from loadgen.metrics import summarize
-from loadgen.records import RequestRecord, WorkerHealth
+from loadgen.measure.metrics import summarize
+from loadgen.measure.records import RequestRecord, WorkerHealth
+from loadgen.plan.config import RunConfig
 
 MS = 1_000_000
 
@@ -61,8 +61,8 @@ def test_a_run_with_no_success_is_not_judged_for_client_health():
 
 
 def test_start_up_burst_lag_is_a_note_and_steady_lag_a_reason():
-    from loadgen.config import RunConfig
-    from loadgen.metrics import client_health
+    from loadgen.measure.metrics import client_health
+    from loadgen.plan.config import RunConfig
 
     cfg = RunConfig(concurrency=2048, num_prompts=1)
     at = [0.05 * i for i in range(200)]

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from loadgen.config import RunConfig
-from loadgen.datasets import DatasetConfig
-from loadgen.runner import run
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import DatasetConfig
+from loadgen.run.runner import run
 
 SMALL = DatasetConfig(random_input_len=8, random_output_len=20, random_range_ratio=1.0)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.client import RawResponse, finish_record
-from loadgen.records import RequestRecord
-from loadgen.sse import MalformedSSE, parse_stream
+from loadgen.measure.records import RequestRecord
+from loadgen.run.client import RawResponse, finish_record
+from loadgen.run.sse import MalformedSSE, parse_stream
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 TOK = b'data: {"choices":[{"index":0,"delta":{"content":"a","reasoning_content":null}}]}\n\n'

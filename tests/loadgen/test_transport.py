@@ -8,10 +8,10 @@ import asyncio
 import httpx
 import pytest
 
-from loadgen.config import RunConfig
-from loadgen.datasets import DatasetConfig
-from loadgen.runner import run
-from loadgen.transport import BODY_EXTENSION, LeanTransport, ResponseTooLarge
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import DatasetConfig
+from loadgen.run.runner import run
+from loadgen.run.transport import BODY_EXTENSION, LeanTransport, ResponseTooLarge
 
 SMALL = DatasetConfig(random_input_len=8, random_output_len=6, random_range_ratio=1.0)
 TRANSPORTS = ("lean", "httpx")

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import msgspec
 
-from loadgen.records import RequestRecord
+from loadgen.measure.records import RequestRecord
 
 
 class MalformedSSE(ValueError):

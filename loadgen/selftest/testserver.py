@@ -1,6 +1,6 @@
 """A scripted, near-free OpenAI-compatible streaming server with known TTFT, gaps and token counts.
 
-Used by the tests and by `python -m loadgen.selfbench`. It speaks just enough HTTP/1.1 (httptools)
+Used by the tests and by `python -m loadgen.selftest.selfbench`. It speaks just enough HTTP/1.1 (httptools)
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
 `/stats` (and `/last_request`: the headers and body of the latest completion request). With
 `--certfile/--keyfile` it serves https. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
@@ -10,7 +10,7 @@ requests: "ok", "http_500", "reset" (drop the connection mid-stream), "malformed
 event), "hang" (never answers: the client's timeout fires), and three valid but awkward forms:
 "split_crlf" (CRLF line ends, each `\r` and its `\n` in different writes), "close_delimited" (no
 Content-Length or chunking: the body ends when the server closes), "endless" (64 KB events until
-the client gives up); `loadgen/hostile.py` adds hostile ones (endless headers, 1xx heads, odd SSE).
+the client gives up); `loadgen/selftest/hostile.py` adds hostile ones (endless headers, 1xx heads, odd SSE).
 `/tokenize` and `/detokenize` follow vLLM's shapes with a byte-level tokenizer (one token per UTF-8 byte, id = the byte). `/stats` returns the true per-request
 TTFT and mean gap measured at the moment of writing. Binds to 127.0.0.1 only.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import httptools
 import msgspec
 
-from loadgen import hostile
+from loadgen.selftest import hostile
 
 MODEL_NAME = "scripted-model"
 FAULTS = frozenset({"ok", "http_500", "reset", "malformed", "hang", "split_crlf", "close_delimited",
@@ -349,19 +349,19 @@ def _endless(conn: _Handler) -> None:
 
 
 def spawn(*flags: str, cwd: str | None = None) -> tuple[subprocess.Popen, str]:
-    """Start `python -m loadgen.testserver FLAGS` as a subprocess; the process and its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.testserver", *flags], stdout=subprocess.PIPE,
+    """Start `python -m loadgen.selftest.testserver FLAGS` as a subprocess; the process and its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.selftest.testserver", *flags], stdout=subprocess.PIPE,
                             text=True, cwd=cwd)
     line = proc.stdout.readline()  # type: ignore[union-attr]
     if not line.startswith("listening"):
         proc.kill()
-        raise RuntimeError(f"loadgen.testserver did not start: {line!r}")
+        raise RuntimeError(f"loadgen.selftest.testserver did not start: {line!r}")
     return proc, f"http://127.0.0.1:{int(line.split()[1])}"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the scripted server in the foreground (used as a subprocess by selfbench)."""
-    p = argparse.ArgumentParser(prog="python -m loadgen.testserver")
+    p = argparse.ArgumentParser(prog="python -m loadgen.selftest.testserver")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--gap-ms", type=float, default=20.0)

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import httpx
 import msgspec
 
-from loadgen import httpcore_guards
-from loadgen.config import RunConfig
-from loadgen.datasets import Prompt
-from loadgen.records import RequestRecord
-from loadgen.sse import MalformedSSE, ServerErrorEvent, parse_stream, parse_whole
-from loadgen.transport import (
+from loadgen.measure.records import RequestRecord
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import Prompt
+from loadgen.run import httpcore_guards
+from loadgen.run.sse import MalformedSSE, ServerErrorEvent, parse_stream, parse_whole
+from loadgen.run.transport import (
     BadResponse,
     LeanRequest,
     LeanTransport,

@@ -1,8 +1,8 @@
-"""A bare aiohttp streaming client: the baseline `python -m loadgen.selfbench` measures loadgen against.
+"""A bare aiohttp streaming client: the baseline `python -m loadgen.selftest.selfbench` measures loadgen against.
 
 It reads each response as vLLM's bench client does (`response.content.iter_any()`, split at blank
 lines, `json.loads` of every `data:` event, a `perf_counter` stamp per content event) and nothing more: no
-records, statistics or health figures. Run as `python -m loadgen.aiohttp_peer URL STREAMS SECONDS
+records, statistics or health figures. Run as `python -m loadgen.selftest.aiohttp_peer URL STREAMS SECONDS
 OUTPUT_LEN`; prints one JSON line: events, CPU seconds (and the kernel's part), voluntary
 context switches and wall seconds over the run window
 (start-up and imports excluded, as in loadgen's own figure).

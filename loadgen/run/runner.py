@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 import httpx
 import msgspec
 
-from loadgen.client import request_body
-from loadgen.config import RunConfig
-from loadgen.datasets import DatasetConfig, Prompt, build_prompts
-from loadgen.lengths import (
+from loadgen.measure.metrics import summarize
+from loadgen.measure.records import RequestRecord, WorkerResult
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts
+from loadgen.plan.lengths import (
     SOURCE_ESTIMATE,
     SOURCE_FILE,
     SOURCE_IDS,
@@ -27,10 +28,9 @@ from loadgen.lengths import (
     ServerTokenizer,
     probe_server,
 )
-from loadgen.metrics import summarize
-from loadgen.records import RequestRecord, WorkerResult
-from loadgen.schedule import arrival_offsets_s, ramp_offsets_s
-from loadgen.worker import NUM_COUNTERS, WorkerPlan, WorkItem, worker_main
+from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
+from loadgen.run.client import request_body
+from loadgen.run.worker import NUM_COUNTERS, LiveCount, WorkerPlan, WorkItem, worker_main
 
 STOP_GRACE_S = 10.0
 START_DELAY_NS = 20_000_000
@@ -180,7 +180,7 @@ class _Pool:
 
     def totals(self) -> dict[str, int]:
         c = list(self.counters)
-        return {name: sum(c[i::NUM_COUNTERS]) for i, name in enumerate(("done", "in_flight", "errors", "chunks"))}
+        return {slot.name.lower(): sum(c[slot::NUM_COUNTERS]) for slot in LiveCount}
 
     def poll(self, timeout: float) -> None:
         """Collect any finished worker's result (waits at most `timeout`)."""

@@ -11,13 +11,13 @@ from collections import Counter
 
 import numpy as np
 
-from loadgen.config import (
+from loadgen.measure.records import RequestRecord, WorkerHealth
+from loadgen.plan.config import (
     CLIENT_BOUND_CPU_SHARE,
     CLIENT_BOUND_LOOP_LAG_MS,
     CLIENT_BOUND_SEND_LAG_MS,
     RunConfig,
 )
-from loadgen.records import RequestRecord, WorkerHealth
 
 STARTUP_GRACE_S = 1.0
 MIN_STEADY_LAG_SAMPLES = 20

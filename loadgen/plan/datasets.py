@@ -6,7 +6,7 @@ Random lengths follow one of two conventions (`--flags-from`), because the two u
 [max(int(L*r), 1), L] (r = 0 gives [1, L], mean L/2), vLLM's bench serve in
 [floor(L*(1-r)), ceil(L*(1+r))] (r = 0 gives exactly L; r < 1).
 
-Given a tokenizer (a local `tokenizer.json`, or the target's `/tokenize`: see loadgen/lengths.py)
+Given a tokenizer (a local `tokenizer.json`, or the target's `/tokenize`: see loadgen/plan/lengths.py)
 the input lengths are exact token counts; without one, text prompts are built from common English
 words, one word counted as one token, `input_len` is that estimate, and the server's usage figures
 give the real count.
@@ -21,7 +21,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from loadgen.lengths import FileTokenizer, fit_to_len, tokenizer_file
+from loadgen.plan.lengths import FileTokenizer, fit_to_len, tokenizer_file
 
 SERVER_FIT_THREADS = 8
 CONVENTIONS = ("sglang", "vllm")

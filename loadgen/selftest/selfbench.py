@@ -1,7 +1,7 @@
 """Self-benchmark: what loadgen's client costs per streamed event, next to the server's truth.
 
-`python -m loadgen.selfbench [--guidellm /tmp/guidellm-venv/bin/guidellm]` starts the scripted
-server (loadgen.testserver) pinned to one core, runs loadgen pinned to another at 256 and 2048
+`python -m loadgen.selftest.selfbench [--guidellm /tmp/guidellm-venv/bin/guidellm]` starts the scripted
+server (loadgen.selftest.testserver) pinned to one core, runs loadgen pinned to another at 256 and 2048
 streams in "paced" mode (one token per stream every 20 ms) and "flood" mode (all tokens at once,
 one write per token), and prints client CPU per event, events per second, reported versus true TTFT and ITL, and the
 client-bound verdict. With `--guidellm` the peer runs against the same server in the same run.
@@ -23,7 +23,7 @@ import time
 
 import httpx
 
-from loadgen import testserver
+from loadgen.selftest import testserver
 
 SCENARIOS = (("paced", 256), ("paced", 2048), ("flood", 256))
 
@@ -63,12 +63,12 @@ def run_loadgen(url: str, streams: int, args, cpu: int) -> dict:
 
 
 def run_aiohttp(url: str, streams: int, args, cpu: int) -> dict:
-    """The bare aiohttp client (loadgen/aiohttp_peer.py) pinned to the client core, if aiohttp is installed."""
+    """The bare aiohttp client (loadgen/selftest/aiohttp_peer.py) pinned to the client core, if aiohttp is installed."""
     try:
         import aiohttp  # noqa: F401
     except ImportError:
         return {"skipped": "aiohttp is not installed (pip install aiohttp, or the project's [bench] extra)"}
-    cmd = ["taskset", "-c", str(cpu), sys.executable, "-m", "loadgen.aiohttp_peer", url, str(streams),
+    cmd = ["taskset", "-c", str(cpu), sys.executable, "-m", "loadgen.selftest.aiohttp_peer", url, str(streams),
            str(args.duration), str(args.output_len)]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                     timeout=args.duration + 300).stdout.splitlines()[-1])
@@ -198,7 +198,7 @@ def _drive_guidellm(cmd, tmp, env, log, url, out, before, args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """Run every scenario and print one line per client and scenario."""
-    p = argparse.ArgumentParser(prog="python -m loadgen.selfbench")
+    p = argparse.ArgumentParser(prog="python -m loadgen.selftest.selfbench")
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--transport", default="lean")

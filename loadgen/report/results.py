@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen import __version__
-from loadgen.metrics import input_tokens, origin_ns, output_tokens, pct_key
-from loadgen.runner import RunResult
+from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
+from loadgen.run.runner import RunResult
 
 TABLE_ROWS = (
     ("completed", "Successful requests", "{:.0f}"),

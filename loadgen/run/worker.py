@@ -14,19 +14,30 @@ import resource
 import signal
 import time
 from dataclasses import dataclass, replace
+from enum import IntEnum
 
 import msgspec
 
-from loadgen.client import Client, RawResponse, finish_record
-from loadgen.config import RunConfig
-from loadgen.datasets import load_tokenizer
-from loadgen.records import RequestRecord, WorkerHealth, WorkerResult
+from loadgen.measure.records import RequestRecord, WorkerHealth, WorkerResult
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import load_tokenizer
+from loadgen.run.client import Client, RawResponse, finish_record
 
 TICK_S = 0.05
 BARRIER_TIMEOUT_S = 600.0
 MAX_RAW_BYTES = 256 << 20
-# counters per worker in the shared array: done, in flight, errors, chunks
-NUM_COUNTERS = 4
+
+
+class LiveCount(IntEnum):
+    """Each worker's slots in the shared counter array the parent reads for the live display."""
+
+    DONE = 0
+    IN_FLIGHT = 1
+    ERRORS = 2
+    CHUNKS = 3
+
+
+NUM_COUNTERS = len(LiveCount)
 
 
 @dataclass(frozen=True)
@@ -151,14 +162,14 @@ class _Worker:
         rec = _new_record(item, self.plan.worker)
         rec.intended_ns = intended_ns
         raw = RawResponse(rec, is_stream=self.cfg.stream)
-        self.counters[self.base + 1] += 1
+        self.counters[self.base + LiveCount.IN_FLIGHT] += 1
         self.in_flight += 1
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
             self.full_at_s = (time.perf_counter_ns() - self.t0) / 1e9
         try:
             await self.client.send(self.requests[item.index % self.plan.num_total], raw)
         finally:
-            self.counters[self.base + 1] -= 1
+            self.counters[self.base + LiveCount.IN_FLIGHT] -= 1
             self.in_flight -= 1
             if sem is not None:
                 sem.release()
@@ -166,9 +177,9 @@ class _Worker:
 
     def _keep(self, raw: RawResponse) -> None:
         c = self.counters
-        c[self.base] += 1
-        c[self.base + 2] += raw.record.error_class is not None
-        c[self.base + 3] += len(raw.chunks)
+        c[self.base + LiveCount.DONE] += 1
+        c[self.base + LiveCount.ERRORS] += raw.record.error_class is not None
+        c[self.base + LiveCount.CHUNKS] += len(raw.chunks)
         size = sum(len(x) for x in raw.chunks)
         if self.raw_bytes + size > MAX_RAW_BYTES:
             self.records.append(finish_record(raw))

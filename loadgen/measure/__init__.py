@@ -1,0 +1,1 @@
+"""What was seen: per-request records and the statistics over them."""

@@ -1,0 +1,1 @@
+"""What to send: the run config, datasets, token lengths and arrival times."""

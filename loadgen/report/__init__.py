@@ -1,0 +1,1 @@
+"""What is shown: the results JSON and the terminal table."""
