@@ -12,7 +12,7 @@ import socket
 import struct
 import time
 
-from harness.prometheus import Metrics, scrape
+from loadgen.measure.prometheus import Metrics, scrape
 
 LONG_STREAM = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 120_000,
                "ignore_eos": True, "stream": True}

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.forms import Form
 from harness.load import Load
 from harness.profiler import Recorder
-from harness.prometheus import Metrics, scrape
+from loadgen.measure.prometheus import Metrics, scrape
 from reference_impl.placement import Placement
 from reference_impl.subprocess_server import ServerProcess, cpu_seconds
 

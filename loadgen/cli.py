@@ -16,6 +16,7 @@ from rich.text import Text
 from loadgen import argtypes as at
 from loadgen.plan.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
 from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
+from loadgen.report.live import LivePanel
 from loadgen.report.results import (
     compare,
     print_table,
@@ -106,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
       help="concurrency mode: open the streams evenly over this many seconds")
     a("--continuous-usage", action="store_true",
       help="ask for usage in every chunk (stream_options.continuous_usage_stats; vLLM, SGLang)")
+    a("--no-server-metrics", action="store_true",
+      help="do not scrape the server's Prometheus /metrics during the run")
+    a("--server-metrics-url", type=at.base_url, default=None,
+      help="where the server's Prometheus metrics are (default: BASE_URL/metrics)")
+    a("--server-metrics-interval", type=at.positive_float(), default=_RC.server_metrics_interval_s,
+      help="seconds between scrapes (default 1)")
+    a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
+      help="width of the timeline's intervals in seconds (default 1)")
     _add_compat_flags(p)
     return p
 
@@ -174,6 +183,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         request_id_prefix=args.request_id_prefix, insecure=args.insecure, ca_cert=args.ca_cert,
         ramp_up_s=args.ramp_up, ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
         ramp_up_end_rps=args.ramp_up_end_rps, continuous_usage=args.continuous_usage,
+        server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,
+        server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=num_prompts or 1, random_input_len=args.random_input_len,
@@ -243,20 +254,6 @@ def memory_note(cfg: RunConfig, available: int | None) -> str | None:
             "memory (lower --max-response-bytes)")
 
 
-def _progress_view(cfg: RunConfig, live: Live):
-    def update(t: dict, elapsed: float) -> None:
-        rate = t["chunks"] / elapsed if elapsed > 0 else 0.0
-        if cfg.duration_s is not None:
-            eta = max(cfg.duration_s - elapsed, 0.0)
-        elif t["done"]:
-            eta = (cfg.num_prompts - t["done"]) * elapsed / t["done"]
-        else:
-            eta = float("nan")
-        live.update(Text(f"done {t['done']}  in flight {t['in_flight']}  errors {t['errors']}  "
-                         f"chunks/s {rate:,.0f}  elapsed {elapsed:.1f}s  ETA {eta:.0f}s"))
-    return update
-
-
 def _exit_code(cfg: RunConfig, result) -> int:
     s = result.summary
     total = s["completed"] + s["failed"]
@@ -288,11 +285,11 @@ def _run(argv: list[str]) -> int:
         wait_ready(cfg, args.ready_check_timeout_sec)
     console = Console(stderr=True)
     try:
-        if args.quiet:
+        if args.quiet or not console.is_terminal:
             result = run(cfg, dcfg)
         else:
             with Live(Text("starting..."), console=console, refresh_per_second=4) as live:
-                result = run(cfg, dcfg, _progress_view(cfg, live))
+                result = run(cfg, dcfg, LivePanel(cfg, live.update))
     except SetupError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness import Profiling, RunError, run_under_load
 from harness.profiler import ProfilerError, find_py_spy, gzip_file, read_stacks
-from harness.prometheus import Metrics
+from loadgen.measure.prometheus import Metrics
 from reference_impl.placement import Placement
 from reportgen import analysis, output
 from reportgen.render import write_report

@@ -25,7 +25,7 @@ import httpx
 
 from harness import Load, run_loadgen
 from harness.probes import reset, slow_client, wait_settled
-from harness.prometheus import parse, scrape
+from loadgen.measure.prometheus import parse, scrape
 from loadgen.selftest import testserver
 from reference_impl.subprocess_server import ServerProcess, cpu_seconds, free_port
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import harness
 from harness import Load, RunError
-from harness.prometheus import scrape
+from loadgen.measure.prometheus import scrape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "..", "shared", "peers", "vllm-cpu", "recipe.sh")

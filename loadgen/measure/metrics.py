@@ -60,7 +60,8 @@ def origin_ns(cfg: RunConfig, rec: RequestRecord) -> int:
     return rec.intended_ns if cfg.is_rate_mode else rec.start_ns
 
 
-def _latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
+def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
+    """Per-request (TTFT, TPOT, E2E) and per-event (ITL) latencies in ms of successful records."""
     lat: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
     for r in ok:
         t0 = origin_ns(cfg, r)
@@ -198,7 +199,7 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         duration_s = (max(r.end_ns for r in records) - t0) / 1e9
     else:
         t0, duration_s = 0, 0.0
-    lat = _latencies(cfg, ok)
+    lat = latencies(cfg, ok)
     lat["send_lag"] = [(r.start_ns - r.intended_ns) / 1e6 for r in records]
     n_in = sum(input_tokens(r) for r in ok)
     n_out = sum(output_tokens(r) for r in ok)

@@ -74,6 +74,10 @@ class RunConfig:
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     continuous_usage: bool = False
+    server_metrics: bool = True
+    server_metrics_url: str | None = None
+    server_metrics_interval_s: float = 1.0
+    timeline_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -102,7 +106,14 @@ class RunConfig:
             raise ValueError("endpoint must be a path starting with '/'")
         if self.ramp_up_s < 0 or (self.ramp_up_s and self.concurrency is None):
             raise ValueError("--ramp-up needs --concurrency")
+        if self.server_metrics_interval_s <= 0 or self.timeline_interval_s <= 0:
+            raise ValueError("--server-metrics-interval and --timeline-interval must be > 0")
         self._check_rate_ramp()
+
+    @property
+    def metrics_url(self) -> str:
+        """Where the server's Prometheus metrics are scraped: --server-metrics-url, else BASE/metrics."""
+        return self.server_metrics_url or self.base_url.rstrip("/") + "/metrics"
 
     def _check_rate_ramp(self) -> None:
         if self.ramp_up_strategy is None:

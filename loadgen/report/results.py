@@ -117,6 +117,9 @@ def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metada
     flat["dataset"] = dataset
     flat["environment"] = environment()
     flat["summary"] = _jsonable(result.summary)
+    flat["timeline"] = _jsonable(result.timeline)
+    flat["cdf"] = result.cdf
+    flat["server_metrics"] = _jsonable(result.server_metrics)
     return flat
 
 
@@ -208,7 +211,40 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     table.add_row("client-bound", verdict)
     for note in health.get("client_health_notes", []):
         table.add_row("  note", note)
+    _steady_rows(table, (result.timeline or {}).get("steady_state"))
+    _server_rows(table, result.server_metrics, s.get("server_vs_client"))
     console.print(table)
+
+
+def _steady_rows(table: Table, steady: dict | None) -> None:
+    if steady is None:
+        table.add_row("steady state", "none found (see timeline.steady_state in the JSON for the rule)")
+        return
+    table.add_row("steady state", f"{steady['start_s']:.0f}-{steady['end_s']:.0f} s, "
+                  f"{steady['mean_in_flight']:,.0f} in flight, {steady['output_throughput']:,.0f} output tok/s, "
+                  f"{steady['request_throughput']:,.2f} req/s")
+    for name in ("ttft", "itl", "tpot"):
+        d = steady.get(f"{name}_ms")
+        if d:
+            table.add_row(f"  {name.upper()} (ms)", f"mean {d['mean']:.2f}  median {d['p50']:.2f}  "
+                          f"p90 {d['p90']:.2f}  p99 {d['p99']:.2f}")
+
+
+def _server_rows(table: Table, server: dict, versus: dict | None) -> None:
+    status = (server or {}).get("status", "off")
+    if status != "ok":
+        table.add_row("server metrics", status)
+        return
+    run = server.get("run", {})
+    counts = "  ".join(f"{k.replace('_', ' ')} {v:,.0f}" for k, v in run.items()
+                       if k in ("preemptions", "prefill_steps", "decode_steps", "engine_steps"))
+    table.add_row("server metrics", f"{server['dialect']}, {server['scrapes']} scrapes"
+                  + (f"; over the run: {counts}" if counts else ""))
+    for row in (versus or {}).get("rows", []):
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}x"
+        table.add_row(f"  server vs client {row['name']}", f"{row['server']:,.2f} vs {row['client']:,.2f} ({ratio})")
+    for note in (versus or {}).get("notes", []):
+        table.add_row("  note", note)
 
 
 def _load_run(path: str) -> dict:

@@ -17,6 +17,8 @@ import msgspec
 
 from loadgen.measure.metrics import summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
+from loadgen.measure.server_metrics import Scraper, server_vs_client
+from loadgen.measure.timeline import cdf, timeline
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts
 from loadgen.plan.lengths import (
@@ -53,6 +55,9 @@ class RunResult:
     interrupted: bool
     dataset_info: dict = field(default_factory=dict)
     workers_lost: int = 0
+    timeline: dict = field(default_factory=dict)
+    cdf: dict = field(default_factory=dict)
+    server_metrics: dict = field(default_factory=dict)
 
 
 def first_model(cfg: RunConfig) -> str:
@@ -205,7 +210,7 @@ class _Pool:
 
 
 def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
-    """Run the load; `progress(totals, elapsed_s)` is called a few times a second if given."""
+    """Run the load; `progress(totals, elapsed_s, scraper)` is called a few times a second if given."""
     model = cfg.model or first_model(cfg)
     tokenizer, source = prompt_tokenizer(cfg, dcfg)
     try:
@@ -213,14 +218,17 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     finally:
         if isinstance(tokenizer, ServerTokenizer):
             tokenizer.close()
+    scraper = start_scraper(cfg)
     pool = _Pool(cfg, plans)
+    if scraper is not None:
+        scraper.begin()
     interrupted, stop_deadline = False, None
     start = time.perf_counter()
     while not pool.is_done:
         try:
             pool.poll(0.25)
             if progress is not None:
-                progress(pool.totals(), time.perf_counter() - start)
+                progress(pool.totals(), time.perf_counter() - start, scraper)
             if stop_deadline is not None and time.perf_counter() > stop_deadline:
                 pool.terminate()
         except KeyboardInterrupt:
@@ -241,4 +249,22 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     if with_chat_template(cfg, [], tokenizer)[1]:
         info["input_lengths"] += " + chat template (tokenizer_config.json)"
     summary["workers_lost"] = lost
-    return RunResult(cfg, model, records, summary, interrupted, info, lost)
+    t0 = min((r.intended_ns for r in records), default=pool.start_ns.value)
+    server = scraper.stop(t0) if scraper is not None else {"status": "off"}
+    if (versus := server_vs_client(server, summary)) is not None:
+        summary["server_vs_client"] = versus
+    return RunResult(cfg, model, records, summary, interrupted, info, lost,
+                     timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records), server)
+
+
+def start_scraper(cfg: RunConfig) -> Scraper | None:
+    """The server-metrics scraper after its baseline scrape; None with --no-server-metrics.
+    A target without usable metrics gets one line on stderr and the run goes on."""
+    if not cfg.server_metrics:
+        return None
+    scraper = Scraper(cfg.metrics_url, cfg.server_metrics_interval_s, cfg.headers, cfg.tls_verify)
+    status = scraper.start()
+    if status != "ok":
+        print(f"loadgen: server metrics {status}; the run goes on without them "
+              "(--no-server-metrics silences this)", file=sys.stderr)
+    return scraper

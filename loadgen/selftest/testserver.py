@@ -42,6 +42,17 @@ _SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-enc
 _CLOSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 _BIG_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 65536 + b'"}}]}\n\n'
 MAX_MODEL_LEN = 32768
+#: The scripted /metrics: running = streams open now, tokens and TTFT/ITL sums = the truth so far,
+#: and these constants.
+SCRIPTED_WAITING, SCRIPTED_KV_USAGE, SCRIPTED_PREEMPTIONS = 3, 0.25, 7
+METRIC_NAMES = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+             "vllm:num_preemptions_total", "vllm:generation_tokens_total",
+             "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+               "sglang:num_retracted_requests_total", "sglang:generation_tokens_total",
+               "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds"),
+}
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,7 @@ class ServerScript:
     faults: tuple[str, ...] = ("ok",)
     has_tokenize: bool = True
     burst: bool = False
+    metrics: str | None = None  # serve /metrics with vLLM's ("vllm") or SGLang's ("sglang") names
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -62,6 +74,8 @@ class ServerScript:
             raise ValueError(f"unknown faults {sorted(bad)}")
         if self.ttft_ms < 0 or self.gap_ms < 0:
             raise ValueError("ttft_ms and gap_ms must be >= 0")
+        if self.metrics not in (None, *METRIC_NAMES):
+            raise ValueError(f"metrics must be one of {sorted(METRIC_NAMES)}")
 
 
 @dataclass
@@ -70,6 +84,7 @@ class _Truth:
     gap_ns_sum: int = 0
     num_gaps: int = 0
     num_requests: int = 0
+    open_streams: int = 0
 
 
 class _Request(msgspec.Struct):
@@ -175,6 +190,10 @@ class ScriptedServer:
             conn.write(_json_response("200 OK", {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}))
         elif path == b"/stats":
             conn.write(_json_response("200 OK", self.stats()))
+        elif path == b"/metrics" and self.script.metrics:
+            body = self.exposition().encode()
+            conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))
         elif path == b"/last_request":
             conn.write(_json_response("200 OK", self.last_request))
         elif path in (b"/tokenize", b"/detokenize") and not self.script.has_tokenize:
@@ -202,6 +221,21 @@ class ScriptedServer:
             "num_tokens_sent": len(t.ttft_ns) + t.num_gaps,
         }
 
+    def exposition(self) -> str:
+        """Prometheus text in the scripted server's dialect, from the truth so far."""
+        t = self.truth
+        running, waiting, kv, preempted, tokens, ttft, itl = METRIC_NAMES[self.script.metrics]
+        label = f'{{model_name="{MODEL_NAME}"}}'
+        lines = [f"# TYPE {running} gauge", f"{running}{label} {t.open_streams}",
+                 f"# TYPE {waiting} gauge", f"{waiting}{label} {SCRIPTED_WAITING}",
+                 f"# TYPE {kv} gauge", f"{kv}{label} {SCRIPTED_KV_USAGE}",
+                 f"# TYPE {preempted.removesuffix('_total')} counter", f"{preempted}{label} {SCRIPTED_PREEMPTIONS}",
+                 f"# TYPE {tokens.removesuffix('_total')} counter", f"{tokens}{label} {len(t.ttft_ns) + t.num_gaps}"]
+        for name, total_ns, count in ((ttft, sum(t.ttft_ns), len(t.ttft_ns)), (itl, t.gap_ns_sum, t.num_gaps)):
+            lines += [f"# TYPE {name} histogram", f'{name}_bucket{{le="+Inf",model_name="{MODEL_NAME}"}} {count}',
+                      f"{name}_sum{label} {total_ns / 1e9!r}", f"{name}_count{label} {count}"]
+        return "\n".join(lines) + "\n"
+
     def _generate(self, conn: _Handler, is_chat: bool, body: bytes) -> None:
         arrived = time.perf_counter_ns()
         req = msgspec.json.decode(body, type=_Request)
@@ -228,6 +262,7 @@ class ScriptedServer:
             _endless(conn)
             return
         stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens)
+        self.truth.open_streams += 1
         if fault == "close_delimited":
             conn.write(_CLOSE_HEAD + (_ROLE_CHUNK if is_chat else b""))
         else:
@@ -328,6 +363,7 @@ class _Stream:
 
     def _finish(self, head: bytes = b"") -> None:
         """Write the finish event, usage, [DONE] and the end of the body, after `head`."""
+        self.server.truth.open_streams -= 1
         fin = {"index": 0, "finish_reason": "length"}
         fin.update({"delta": {}} if self.is_chat else {"text": ""})
         out = [head, b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
@@ -369,6 +405,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--faults", default="ok")
     p.add_argument("--burst", action="store_true", help="with --gap-ms 0: one write per response, not per token")
     p.add_argument("--no-tokenize", action="store_true", help="answer 404 on /tokenize, /detokenize")
+    p.add_argument("--metrics", choices=sorted(METRIC_NAMES), default=None,
+                   help="serve /metrics with this server's names (else 404)")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -376,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
-                          has_tokenize=not args.no_tokenize, burst=args.burst)
+                          has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics)
     import uvloop
 
     async def serve() -> None:

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from harness.prometheus import parse
+from loadgen.measure.prometheus import parse
 from reference_impl.subprocess_server import ServerProcess, start_servers
 
 __all__ = ["MODEL", "ServerProcess", "metric", "sse_events", "start_servers", "stream_chunks"]

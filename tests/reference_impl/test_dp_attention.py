@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from harness.prometheus import parse
+from loadgen.measure.prometheus import parse
 from tests.reference_impl.conftest import MODEL, ServerProcess, metric
 
 DP_FLAGS = ("--dp-size", "4", "--enable-dp-attention", "--sim-profile", "gb200-moe-dp",

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.prometheus import parse
+from loadgen.measure.prometheus import parse
 from reference_impl.messages import SchedulerStats
 from reference_impl.server.metrics import ServerMetrics
 

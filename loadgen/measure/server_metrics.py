@@ -1,0 +1,256 @@
+"""The server's own view during a run: its Prometheus `/metrics`, scraped by the parent process.
+
+A thread in the parent (which only waits while the workers run) scrapes every interval, from just
+before the workers start until just after they end. vLLM (`vllm:`), SGLang (`sglang:`) and the
+reference server (`reference:`) are recognised; their names map onto one set of series here.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from loadgen.measure.prometheus import Metrics, parse
+
+#: Server and client figures further apart than this fraction get a note.
+AGREEMENT_MARGIN = 0.05
+FIRST_SCRAPE_TIMEOUT_S = 5.0
+
+#: Series name -> the metric names each server uses for it, first match wins.
+#: Gauges are summed over label sets (ranks, engines), except `kv_usage` (a fraction: averaged).
+DIALECTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "preemptions": ("vllm:num_preemptions_total",),
+        "generation_tokens": ("vllm:generation_tokens_total",),
+        "engine_steps": ("vllm:iteration_tokens_total_count",),
+    },
+    "sglang": {
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "kv_usage": ("sglang:token_usage",),
+        "preemptions": ("sglang:num_retracted_requests_total",),  # a counter (num_retracted_reqs is a gauge)
+        "generation_tokens": ("sglang:generation_tokens_total",),
+    },
+    "reference": {
+        "running": ("reference:num_running_reqs",),
+        "waiting": ("reference:num_waiting_reqs",),
+        "kv_usage": ("reference:token_usage",),
+        "generation_tokens": ("reference:generation_tokens_total",),
+        "prefill_steps": ("reference:num_prefill_steps",),
+        "decode_steps": ("reference:num_decode_steps",),
+    },
+}
+#: Histogram name -> the base names (without `_sum`/`_count`) each server uses.
+HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {"ttft": ("vllm:time_to_first_token_seconds",),
+             "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")},
+    "sglang": {"ttft": ("sglang:time_to_first_token_seconds",),
+               "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")},
+    "reference": {"ttft": ("reference:time_to_first_token_seconds",),
+                  "itl": ("reference:inter_token_latency_seconds",)},
+}
+SERIES = ("running", "waiting", "kv_usage", "preemptions", "generation_tokens", "prefill_steps",
+          "decode_steps", "engine_steps")
+
+
+def dialect(metrics: Metrics) -> str | None:
+    """Which server wrote these metrics: the dialect whose prefix most names carry."""
+    counts = {d: sum(name.startswith(d + ":") for name, _ in metrics.samples) for d in DIALECTS}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else None
+
+
+def _names(metrics: Metrics) -> set[str]:
+    return {name for name, _ in metrics.samples}
+
+
+def _first(names: set[str], candidates: tuple[str, ...], suffix: str = "") -> str | None:
+    return next((c for c in candidates if c + suffix in names), None)
+
+
+def read_series(metrics: Metrics, kind: str) -> dict[str, float | None]:
+    """One scrape's value of every series (None where the server has no such metric)."""
+    names = _names(metrics)
+    out: dict[str, float | None] = {}
+    for series in SERIES:
+        name = _first(names, DIALECTS[kind].get(series, ()))
+        if name is None:
+            out[series] = None
+            continue
+        values = [v for _, v in metrics.series(name) if not math.isnan(v)]
+        if not values:
+            out[series] = None
+        else:
+            out[series] = sum(values) / len(values) if series == "kv_usage" else sum(values)
+    return out
+
+
+def read_histograms(metrics: Metrics, kind: str) -> dict[str, tuple[str, float, float] | None]:
+    """Each known histogram as (name, sum, count) summed over label sets."""
+    names = _names(metrics)
+    out = {}
+    for hist, candidates in HISTOGRAMS[kind].items():
+        name = _first(names, candidates, "_count")
+        out[hist] = None if name is None else (name, metrics.total(name + "_sum"),
+                                               metrics.total(name + "_count"))
+    return out
+
+
+@dataclass
+class _Scrape:
+    t_ns: int
+    metrics: Metrics
+
+
+class Scraper:
+    """Scrapes `url` every `interval_s` in a thread; `stop()` returns the `server_metrics` block."""
+
+    def __init__(self, url: str, interval_s: float = 1.0, headers: dict | None = None,
+                 verify: bool = True) -> None:
+        self.url, self.interval_s = url, interval_s
+        self.client = httpx.Client(headers=headers or {}, verify=verify,
+                                   timeout=max(1.0, min(5.0, interval_s)))
+        self.scrapes: list[tuple[int, dict]] = []
+        self.first: _Scrape | None = None
+        self.last: _Scrape | None = None
+        self.kind: str | None = None
+        self.status = "not started"
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> str:
+        """Scrape once, the baseline: 'ok', or 'unavailable: why' (the run goes on without them)."""
+        try:
+            first = self._scrape(timeout=FIRST_SCRAPE_TIMEOUT_S)
+        except (httpx.HTTPError, ValueError) as exc:
+            self.status = f"unavailable: {_why(exc)}"
+            self.client.close()
+            return self.status
+        self.kind = dialect(first.metrics)
+        if self.kind is None:
+            self.status = f"unavailable: {self.url} lists no vllm:, sglang: or reference: metrics"
+            self.client.close()
+            return self.status
+        self.first = first
+        self._keep(first)
+        self.status = "ok"
+        return self.status
+
+    def begin(self) -> None:
+        """Scrape every interval in a thread; call it after the workers are forked (a fork copies
+        no thread, but it copies any lock that thread holds)."""
+        if self.status == "ok":
+            self._thread = threading.Thread(target=self._loop, name="loadgen-scraper", daemon=True)
+            self._thread.start()
+
+    def _scrape(self, timeout: float | None = None) -> _Scrape:
+        kwargs = {} if timeout is None else {"timeout": timeout}
+        response = self.client.get(self.url, **kwargs)
+        response.raise_for_status()
+        return _Scrape(time.perf_counter_ns(), parse(response.text))
+
+    def _keep(self, scrape: _Scrape) -> None:
+        self.last = scrape
+        self.scrapes.append((scrape.t_ns, read_series(scrape.metrics, self.kind)))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._keep(self._scrape())
+            except (httpx.HTTPError, ValueError):
+                self.failures += 1
+
+    def latest(self) -> dict | None:
+        """The newest scrape's series (for the live view), or None."""
+        return self.scrapes[-1][1] if self.scrapes else None
+
+    def stop(self, t0_ns: int) -> dict:
+        """End the thread, scrape a last time, and build the block (times in s from `t0_ns`)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            try:
+                self._keep(self._scrape())
+            except (httpx.HTTPError, ValueError):
+                self.failures += 1
+        self.client.close()
+        return self.block(t0_ns)
+
+    def block(self, t0_ns: int) -> dict:
+        """The `server_metrics` block of the results JSON."""
+        out = {"status": self.status, "url": self.url, "dialect": self.kind, "interval_s": self.interval_s,
+               "scrapes": len(self.scrapes), "failed_scrapes": self.failures}
+        if self.status != "ok":
+            return out
+        series = {"t_s": [(t - t0_ns) / 1e9 for t, _ in self.scrapes]}
+        for name in SERIES:
+            values = [s[name] for _, s in self.scrapes]
+            if any(v is not None for v in values):
+                series[name] = values
+        out["series"] = series
+        out["names"] = {name: _first(_names(self.last.metrics), DIALECTS[self.kind].get(name, ()))
+                        for name in SERIES if name in series}
+        out["run"] = _deltas(self.first.metrics, self.last.metrics, self.kind)
+        return out
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _deltas(before: Metrics, after: Metrics, kind: str) -> dict:
+    """The server's own counts over the run: last scrape minus the baseline."""
+    a, b = read_series(after, kind), read_series(before, kind)
+    out = {}
+    for name in ("generation_tokens", "preemptions", "prefill_steps", "decode_steps", "engine_steps"):
+        if a.get(name) is not None and b.get(name) is not None:
+            out[name] = a[name] - b[name]
+    ha, hb = read_histograms(after, kind), read_histograms(before, kind)
+    for hist in HISTOGRAMS[kind]:
+        if ha.get(hist) and hb.get(hist):
+            count = ha[hist][2] - hb[hist][2]
+            out[f"{hist}_count"] = count
+            out[f"mean_{hist}_ms"] = 1e3 * (ha[hist][1] - hb[hist][1]) / count if count > 0 else None
+    return out
+
+
+def server_vs_client(block: dict, summary: dict) -> dict | None:
+    """The server's figures next to the client's, each with its ratio, and notes where they differ
+    by more than AGREEMENT_MARGIN."""
+    run = block.get("run")
+    if not run:
+        return None
+    itl_key = "mean_itl_per_token_ms" if block.get("dialect") == "reference" else "mean_itl_ms"
+    pairs = (("mean TTFT (ms)", run.get("mean_ttft_ms"), summary.get("mean_ttft_ms")),
+             ("mean ITL (ms)", run.get("mean_itl_ms"), summary.get(itl_key)),
+             ("output tokens", run.get("generation_tokens"), summary.get("total_output_tokens")))
+    rows, notes = [], []
+    for name, server, client in pairs:
+        if server is None or client is None:
+            continue
+        ratio = server / client if client else None
+        rows.append({"name": name, "server": server, "client": client, "ratio": ratio})
+        if ratio is not None and abs(ratio - 1) > AGREEMENT_MARGIN:
+            notes.append(f"{name}: server {server:,.2f} vs client {client:,.2f} ({ratio:.2f}x), "
+                         f"{_reason(name)}")
+    return {"rows": rows, "margin": AGREEMENT_MARGIN, "notes": notes}
+
+
+def _reason(name: str) -> str:
+    if name.startswith("mean TTFT"):
+        return ("the server times from its arrival, the client from the send (network, HTTP and the "
+                "client's own loop are outside the server's figure)")
+    if name.startswith("output tokens"):
+        return ("the server counts every request it served between the scrapes (warm-up and other "
+                "clients included)")
+    return "the server times its outputs, the client the events it received"

@@ -1,0 +1,147 @@
+"""The run over time: per-interval buckets, the steady-state window, and CDF points.
+
+Computed after the run from the merged records (nothing is added to the measured window). Time 0
+is the first intended send. A request counts in the bucket where it started, finished, or where
+its first token or an event arrived; ITL gaps count in the bucket of their later event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.measure.metrics import latencies, origin_ns
+from loadgen.measure.records import RequestRecord
+from loadgen.plan.config import RunConfig
+
+STEADY_FRACTION = 0.9
+MIN_STEADY_BUCKETS = 2
+CDF_PERCENTILES = (*range(0, 100), 99.5, 99.9, 100)
+STEADY_RULE = (f"from the first to the last interval whose mean requests in flight reach "
+               f"{STEADY_FRACTION:.0%} of the peak interval's (the start-up burst and the drain lie "
+               f"outside); at least {MIN_STEADY_BUCKETS} intervals")
+
+
+def _quantiles(values_ms: np.ndarray) -> dict | None:
+    if values_ms.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(values_ms, [50, 90, 99])
+    return {"n": int(values_ms.size), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def _by_bucket(index: np.ndarray, values: np.ndarray, num: int) -> list[np.ndarray]:
+    """values split by their bucket index (0..num-1), each part in its original order."""
+    order = np.argsort(index, kind="stable")
+    cuts = np.searchsorted(index[order], np.arange(1, num))
+    return np.split(values[order], cuts)
+
+
+def _in_flight(starts: np.ndarray, ends: np.ndarray, num: int, step: int) -> np.ndarray:
+    """Mean requests in flight per bucket: each request's overlap with the bucket, summed."""
+    edges = np.arange(num + 1, dtype=np.int64) * step
+    out = np.zeros(num)
+    for lo, hi in zip(starts, ends, strict=True):
+        first, last = int(lo // step), min(int(hi // step), num - 1)
+        overlap = np.minimum(hi, edges[first + 1:last + 2]) - np.maximum(lo, edges[first:last + 1])
+        out[first:last + 1] += np.maximum(overlap, 0) / step
+    return out
+
+
+class _Stamps:
+    """The records' times as arrays of ns from the origin, with what each time carries."""
+
+    def __init__(self, cfg: RunConfig, records: list[RequestRecord], t0: int) -> None:
+        self.starts = np.asarray([r.start_ns - t0 for r in records], dtype=np.int64)
+        self.ends = np.asarray([max(r.end_ns, r.start_ns) - t0 for r in records], dtype=np.int64)
+        self.failed = np.asarray([not r.ok for r in records], dtype=bool)
+        ok = [r for r in records if r.ok]
+        first = [r for r in ok if r.first_token_ns is not None]
+        self.first_at = np.asarray([r.first_token_ns - t0 for r in first], dtype=np.int64)
+        self.ttft_ms = np.asarray([(r.first_token_ns - origin_ns(cfg, r)) / 1e6 for r in first])
+        self.event_at = _join([np.asarray(r.chunk_ns, dtype=np.int64) - t0 for r in ok], np.int64)
+        self.event_tokens = _join([_event_tokens(r) for r in ok], np.float64)
+        gaps = [np.asarray(r.chunk_ns, dtype=np.int64) for r in ok if len(r.chunk_ns) > 1]
+        self.gap_at = _join([g[1:] - t0 for g in gaps], np.int64)
+        self.gap_ms = _join([np.diff(g) / 1e6 for g in gaps], np.float64)
+
+
+def _join(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+
+def _event_tokens(rec: RequestRecord) -> np.ndarray:
+    if len(rec.chunk_tokens) == len(rec.chunk_ns):
+        return np.asarray(rec.chunk_tokens, dtype=np.float64)
+    return np.ones(len(rec.chunk_ns))
+
+
+def _buckets(s: _Stamps, num: int, step: int) -> list[dict]:
+    idx = lambda at: np.minimum(at // step, num - 1)  # noqa: E731
+    started = np.bincount(idx(s.starts), minlength=num)
+    finished = np.bincount(idx(s.ends), minlength=num)
+    errors = np.bincount(idx(s.ends[s.failed]), minlength=num)
+    tokens = np.bincount(idx(s.event_at), weights=s.event_tokens, minlength=num)
+    in_flight = _in_flight(s.starts, s.ends, num, step)
+    ttft = _by_bucket(idx(s.first_at), s.ttft_ms, num)
+    itl = _by_bucket(idx(s.gap_at), s.gap_ms, num)
+    return [{"t_s": k * step / 1e9, "started": int(started[k]), "finished": int(finished[k]),
+             "errors": int(errors[k]), "in_flight": float(in_flight[k]),
+             "output_tokens": int(round(tokens[k])), "output_tok_s": float(tokens[k] / (step / 1e9)),
+             "ttft_ms": _quantiles(ttft[k]), "itl_ms": _quantiles(itl[k])} for k in range(num)]
+
+
+def _stats(values_ms: list[float]) -> dict | None:
+    arr = np.asarray(values_ms, dtype=np.float64)
+    if arr.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def steady_state(cfg: RunConfig, records: list[RequestRecord], buckets: list[dict], t0: int,
+                 step: int) -> dict | None:
+    """The window between the start-up burst and the drain (STEADY_RULE), and its own figures:
+    throughput from the events inside it, latencies of the requests that started inside it."""
+    flight = np.asarray([b["in_flight"] for b in buckets])
+    if flight.size == 0 or flight.max() <= 0:
+        return None
+    high = np.flatnonzero(flight >= STEADY_FRACTION * flight.max())
+    first, last = int(high[0]), int(high[-1])
+    if last - first + 1 < MIN_STEADY_BUCKETS:
+        return None
+    lo, hi = t0 + first * step, t0 + (last + 1) * step
+    inside = [r for r in records if lo <= r.start_ns < hi]
+    ok = [r for r in inside if r.ok]
+    lat = latencies(cfg, ok)
+    tokens = sum(b["output_tokens"] for b in buckets[first:last + 1])
+    seconds = (hi - lo) / 1e9
+    return {"start_s": (lo - t0) / 1e9, "end_s": (hi - t0) / 1e9, "rule": STEADY_RULE,
+            "requests": len(inside), "completed": len(ok),
+            "output_throughput": tokens / seconds,
+            "request_throughput": sum(b["finished"] for b in buckets[first:last + 1]) / seconds,
+            "mean_in_flight": float(flight[first:last + 1].mean()),
+            "ttft_ms": _stats(lat["ttft"]), "itl_ms": _stats(lat["itl"]), "tpot_ms": _stats(lat["tpot"])}
+
+
+def timeline(cfg: RunConfig, records: list[RequestRecord], interval_s: float = 1.0) -> dict:
+    """The `timeline` block of the results JSON: buckets of `interval_s` and the steady state."""
+    step = max(1, int(interval_s * 1e9))
+    if not records:
+        return {"interval_s": interval_s, "buckets": [], "steady_state": None}
+    t0 = min(r.intended_ns for r in records)
+    stamps = _Stamps(cfg, records, t0)
+    num = int(max(stamps.ends.max(), stamps.starts.max()) // step) + 1
+    buckets = _buckets(stamps, num, step)
+    return {"interval_s": interval_s, "buckets": buckets,
+            "steady_state": steady_state(cfg, records, buckets, t0, step)}
+
+
+def cdf(cfg: RunConfig, records: list[RequestRecord]) -> dict:
+    """`[percentile, value]` points of each latency's distribution, for CDF plots."""
+    lat = latencies(cfg, [r for r in records if r.ok])
+    out = {}
+    for name in ("ttft", "itl", "tpot", "e2e_latency"):
+        arr = np.asarray(lat[name], dtype=np.float64)
+        values = np.percentile(arr, CDF_PERCENTILES) if arr.size else []
+        out[f"{name}_ms"] = [[float(p), float(v)] for p, v in zip(CDF_PERCENTILES, values, strict=False)]
+    return out
+

@@ -1,0 +1,52 @@
+"""The live panel shown on a terminal while a run goes: the client's counters and the server's queue."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from rich.table import Table
+
+from loadgen.plan.config import RunConfig
+
+
+class LivePanel:
+    """Called by the runner a few times a second with the workers' shared totals and the scraper."""
+
+    def __init__(self, cfg: RunConfig, show: Callable) -> None:
+        self.cfg, self.show = cfg, show
+        self.last: tuple[float, int] | None = None
+        self.rate = 0.0
+
+    def __call__(self, totals: dict, elapsed_s: float, scraper=None) -> None:
+        if self.last is not None and elapsed_s - self.last[0] >= 0.5:
+            self.rate = (totals["chunks"] - self.last[1]) / (elapsed_s - self.last[0])
+            self.last = (elapsed_s, totals["chunks"])
+        elif self.last is None:
+            self.last = (elapsed_s, totals["chunks"])
+        self.show(self.render(totals, elapsed_s, scraper.latest() if scraper is not None else None))
+
+    def eta_s(self, done: int, elapsed_s: float) -> float:
+        """Seconds left: what --duration leaves, else the pace so far over the requests left."""
+        if self.cfg.duration_s is not None:
+            return max(self.cfg.duration_s - elapsed_s, 0.0)
+        return (self.cfg.num_prompts - done) * elapsed_s / done if done else math.nan
+
+    def render(self, totals: dict, elapsed_s: float, server: dict | None) -> Table:
+        """One compact grid: client on the first line, the server's own gauges on the second."""
+        grid = Table.grid(padding=(0, 2))
+        grid.add_row("[b]client[/b]", f"in flight {totals['in_flight']:,}", f"done {totals['done']:,}",
+                     f"errors {totals['errors']:,}", f"events/s {self.rate:,.0f}",
+                     f"elapsed {elapsed_s:.1f}s", f"ETA {self.eta_s(totals['done'], elapsed_s):.0f}s")
+        if server is not None:
+            grid.add_row("[b]server[/b]", _gauge("running", server.get("running")),
+                         _gauge("waiting", server.get("waiting")),
+                         _gauge("KV use", server.get("kv_usage"), percent=True),
+                         _gauge("preempted", server.get("preemptions")), "", "")
+        return grid
+
+
+def _gauge(name: str, value: float | None, percent: bool = False) -> str:
+    if value is None:
+        return f"{name} -"
+    return f"{name} {value:.0%}" if percent else f"{name} {value:,.0f}"

@@ -1,0 +1,191 @@
+"""Server metrics: vLLM's, SGLang's and the reference server's names, and the scrape during a real run
+against the scripted server, whose /metrics series are known."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from loadgen.cli import main
+from loadgen.measure.prometheus import parse
+from loadgen.measure.server_metrics import dialect, read_histograms, read_series, server_vs_client
+from loadgen.selftest.testserver import SCRIPTED_KV_USAGE, SCRIPTED_PREEMPTIONS, SCRIPTED_WAITING
+from reference_impl.messages import SchedulerStats
+from reference_impl.server.metrics import ServerMetrics
+
+# Written from vLLM's documented names (docs.vllm.ai, "Production Metrics"): two engines (DP ranks).
+VLLM = """# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 7.0
+vllm:num_requests_running{engine="1",model_name="m"} 5.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 1.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 4.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 1.0
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 1000.0
+vllm:generation_tokens_total{engine="1",model_name="m"} 600.0
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="m"} 40.0
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 40.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 1000.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 10.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 10.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.5
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 990.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 990.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 9.9
+"""
+# vLLM V0 spellings: gpu_cache_usage_perc, time_per_output_token_seconds.
+VLLM_V0 = """# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.75
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_count{model_name="m"} 4.0
+vllm:time_per_output_token_seconds_sum{model_name="m"} 0.2
+"""
+# Written from SGLang's documented names (docs.sglang.io, "Production Metrics").
+SGLANG = """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m"} 12.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m"} 30.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="m"} 0.28
+# TYPE sglang:num_retracted_reqs gauge
+sglang:num_retracted_reqs{model_name="m"} 1.0
+# TYPE sglang:num_retracted_requests counter
+sglang:num_retracted_requests_total{model_name="m"} 48.0
+# TYPE sglang:generation_tokens counter
+sglang:generation_tokens_total{model_name="m"} 7.557572e+06
+# TYPE sglang:time_to_first_token_seconds histogram
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 100.0
+sglang:time_to_first_token_seconds_sum{model_name="m"} 20.0
+sglang:time_to_first_token_seconds_count{model_name="m"} 100.0
+# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_sum{model_name="m"} 3.0
+sglang:inter_token_latency_seconds_count{model_name="m"} 300.0
+"""
+
+
+def test_vllm_names_sum_over_engines_and_average_kv_use():
+    m = parse(VLLM)
+    assert dialect(m) == "vllm"
+    s = read_series(m, "vllm")
+    assert (s["running"], s["waiting"], s["preemptions"], s["generation_tokens"]) == (12, 3, 5, 1600)
+    assert s["kv_usage"] == pytest.approx(0.375) and s["engine_steps"] == 40
+    assert s["prefill_steps"] is None and s["decode_steps"] is None
+    h = read_histograms(m, "vllm")
+    assert h["ttft"] == ("vllm:time_to_first_token_seconds", 0.5, 10)
+    assert h["itl"] == ("vllm:inter_token_latency_seconds", pytest.approx(9.9), 990)
+
+
+def test_vllm_v0_spellings():
+    m = parse(VLLM_V0)
+    assert dialect(m) == "vllm"
+    assert read_series(m, "vllm")["kv_usage"] == 0.75
+    assert read_histograms(m, "vllm")["itl"] == ("vllm:time_per_output_token_seconds", 0.2, 4)
+
+
+def test_sglang_names_and_retractions_from_the_counter_not_the_gauge():
+    m = parse(SGLANG)
+    assert dialect(m) == "sglang"
+    s = read_series(m, "sglang")
+    assert (s["running"], s["waiting"], s["kv_usage"], s["preemptions"]) == (12, 30, 0.28, 48)
+    assert s["generation_tokens"] == 7_557_572
+    assert read_histograms(m, "sglang")["ttft"] == ("sglang:time_to_first_token_seconds", 20.0, 100)
+
+
+def test_the_reference_servers_own_exposition():
+    metrics = ServerMetrics()
+    metrics.generation_tokens.inc(42)
+    stats = SchedulerStats(request_id=0, num_running_reqs=3, num_waiting_reqs=9, num_used_tokens=50,
+                           max_total_tokens=200, num_prefill_steps=4, num_decode_steps=11,
+                           num_generated_tokens=42, prefill_delayer_outcomes={})
+    text = metrics.render(stats)
+    m = parse(text.decode())
+    assert dialect(m) == "reference"
+    s = read_series(m, "reference")
+    assert (s["running"], s["waiting"], s["kv_usage"], s["generation_tokens"]) == (3, 9, 0.25, 42)
+    assert (s["prefill_steps"], s["decode_steps"], s["preemptions"]) == (4, 11, None)
+
+
+def test_unknown_metrics_have_no_dialect():
+    assert dialect(parse("# TYPE process_cpu_seconds counter\nprocess_cpu_seconds_total 3.0\n")) is None
+
+
+def test_server_vs_client_notes_only_past_the_margin():
+    block = {"dialect": "vllm", "run": {"mean_ttft_ms": 50.0, "mean_itl_ms": 10.1, "generation_tokens": 100}}
+    summary = {"mean_ttft_ms": 60.0, "mean_itl_ms": 10.0, "total_output_tokens": 100}
+    out = server_vs_client(block, summary)
+    assert [r["name"] for r in out["rows"]] == ["mean TTFT (ms)", "mean ITL (ms)", "output tokens"]
+    assert len(out["notes"]) == 1 and out["notes"][0].startswith("mean TTFT (ms): server 50.00 vs client 60.00")
+
+
+def _run(url: str, tmp_path, *extra: str) -> dict:
+    out = tmp_path / "r.json"
+    rc = main(["--base-url", url, "--random-input-len", "8", "--random-output-len", "8", "--quiet",
+               "--concurrency", "4", "--num-prompts", "12", "--server-metrics-interval", "0.2",
+               "--timeline-interval", "100", "--output", str(out), *extra])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("names", ["vllm", "sglang"])
+def test_scrape_during_a_run_reads_the_known_series(start_server, tmp_path, names):
+    server = start_server("--ttft-ms", "20", "--gap-ms", "30", "--num-tokens", "8", "--metrics", names)
+    data = _run(server.base_url, tmp_path)
+    sm = data["server_metrics"]
+    assert (sm["status"], sm["dialect"], sm["failed_scrapes"]) == ("ok", names, 0)
+    series = sm["series"]
+    assert sm["scrapes"] == len(series["t_s"]) >= 3
+    assert set(series["waiting"]) == {SCRIPTED_WAITING} and set(series["kv_usage"]) == {SCRIPTED_KV_USAGE}
+    assert set(series["preemptions"]) == {SCRIPTED_PREEMPTIONS}
+    assert series["running"][0] == 0 and series["running"][-1] == 0 and max(series["running"]) <= 4
+    assert series["generation_tokens"][0] == 0 and series["generation_tokens"][-1] == 96
+    assert series["t_s"] == sorted(series["t_s"]) and series["t_s"][0] < 0 < series["t_s"][-1]
+    # Over the run: the server's own counts are the truth, exactly.
+    run = sm["run"]
+    assert (run["generation_tokens"], run["preemptions"], run["ttft_count"], run["itl_count"]) == (96, 0, 12, 84)
+    truth = server.stats()
+    assert run["mean_ttft_ms"] == pytest.approx(sum(truth["ttft_ms"]) / 12, rel=1e-6)
+    assert run["mean_itl_ms"] == pytest.approx(truth["mean_gap_ms"], rel=1e-6)
+    rows = {r["name"]: r for r in data["summary"]["server_vs_client"]["rows"]}
+    assert rows["output tokens"]["ratio"] == 1.0
+
+
+def test_the_timeline_counts_every_request_token_and_gap(start_server, tmp_path):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "5", "--num-tokens", "8", "--faults", "ok,ok,http_500")
+    data = _run(server.base_url, tmp_path, "--max-error-rate", "0.5")
+    (bucket,) = data["timeline"]["buckets"]
+    assert (bucket["started"], bucket["finished"], bucket["errors"]) == (12, 12, 4)
+    assert bucket["output_tokens"] == 8 * 8 and bucket["ttft_ms"]["n"] == 8 and bucket["itl_ms"]["n"] == 8 * 7
+    assert data["cdf"]["ttft_ms"][0][0] == 0 and data["cdf"]["ttft_ms"][-1] == [100.0, data["max_ttft_ms"]]
+
+
+def test_a_target_without_metrics_gets_one_line_and_the_run_goes_on(start_server, tmp_path):
+    server = start_server("--ttft-ms", "2", "--gap-ms", "1")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "--base-url", server.base_url, "--quiet",
+                           "--concurrency", "2", "--num-prompts", "4", "--random-input-len", "8",
+                           "--random-output-len", "4", "--output", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "server metrics" in ln]
+    assert lines == ["loadgen: server metrics unavailable: HTTP 404; the run goes on without them "
+                     "(--no-server-metrics silences this)"]
+    data = json.loads(out.read_text())
+    assert data["completed"] == 4 and data["server_metrics"]["status"] == "unavailable: HTTP 404"
+
+
+def test_no_server_metrics_scrapes_nothing(start_server, tmp_path):
+    server = start_server("--ttft-ms", "2", "--gap-ms", "1", "--metrics", "vllm")
+    data = _run(server.base_url, tmp_path, "--no-server-metrics")
+    assert data["server_metrics"] == {"status": "off"} and "server_vs_client" not in data["summary"]
