@@ -16,6 +16,7 @@ from rich.text import Text
 from loadgen import argtypes as at
 from loadgen.plan.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
 from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
+from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
     compare,
     print_table,
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--slo", type=at.slo, default=SLO(), help="goodput bounds in ms: ttft=...,tpot=...,e2e=...")
     a("--output", type=at.writable_path, default=None, help="results JSON path")
     a("--records", type=at.writable_path, default=None, help="per-request JSONL path")
+    a("--csv", type=at.writable_path, default=None, help="per-request CSV path (one row per request)")
     a("--strict", action="store_true", help="exit 3 when the run was client-bound")
     a("--quiet", action="store_true", help="no live display and no table")
     a("--ramp-up", type=at.nonneg_float, default=0.0,
@@ -308,6 +310,8 @@ def _run(argv: list[str]) -> int:
             print(f"results saved to {path}", file=sys.stderr)
     if args.records:
         write_records(args.records, result)
+    if args.csv:
+        write_csv(args.csv, result)
     return _exit_code(cfg, result)
 
 
