@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--slo", type=at.slo, default=SLO(), help="goodput bounds in ms: ttft=...,tpot=...,e2e=...")
     a("--output", type=at.writable_path, default=None, help="results JSON path")
     a("--records", type=at.writable_path, default=None, help="per-request JSONL path")
-    a("--csv", type=at.writable_path, default=None, help="per-request CSV path (one row per request)")
+    a("--csv", type=at.writable_path, default=None, metavar="PATH", help="per-request CSV path (one row per request)")
     a("--strict", action="store_true", help="exit 3 when the run was client-bound")
     a("--quiet", action="store_true", help="no live display and no table")
     a("--ramp-up", type=at.nonneg_float, default=0.0,
@@ -338,7 +338,8 @@ def _report(argv: list[str]) -> int:
                                 description="One self-contained HTML page of saved runs (--output files): "
                                 "summary, client health, flags, machine, and plots over time.")
     p.add_argument("paths", nargs="+", metavar="RUN.json")
-    p.add_argument("--output", type=at.writable_path, required=True, help="the HTML file to write")
+    p.add_argument("--output", type=at.writable_path, required=True, metavar="PATH",
+                   help="the HTML file to write")
     p.add_argument("--label", action="append", default=None,
                    help="a run's name, once per RUN.json in order (default: its label, else the file name)")
     args = p.parse_args(argv)

@@ -167,9 +167,13 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, content, says):
     assert not (tmp_path / "r.html").exists()
 
 
-def test_report_help():
+def test_report_help_and_a_label_per_file(tmp_path):
     proc = _loadgen("report", "--help")
     assert proc.returncode == 0 and "--output" in proc.stdout and "--label" in proc.stdout
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(_run("a", 1.0, False)))
+    proc = _loadgen("report", str(path), "--label", "x", "--label", "y", "--output", str(tmp_path / "r.html"))
+    assert proc.returncode == 2 and "--label given 2 times for 1 files" in proc.stderr
 
 
 def test_csv_has_one_row_per_request(start_server, tmp_path):
