@@ -1,4 +1,5 @@
-"""Command line: `loadgen [run flags]` runs a load; `loadgen compare A.json B.json ...` compares runs.
+"""Command line: `loadgen [run flags]` runs a load; `loadgen compare A.json B.json ...` compares runs;
+`loadgen report A.json ... --output report.html` draws them on one HTML page.
 
 Argparse lives only here; defaults are read from the config dataclasses.
 """
@@ -17,8 +18,10 @@ from loadgen import argtypes as at
 from loadgen.plan.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
 from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
 from loadgen.report.live import LivePanel
+from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
     compare,
+    load_run,
     print_table,
     result_dict,
     save_result,
@@ -38,6 +41,8 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty",
 USAGE_EPILOG = """\
 subcommands:
   loadgen compare A.json B.json ...   print saved runs (--output files) side by side, with ratios
+  loadgen report A.json ... --output report.html
+                                      one self-contained HTML page of saved runs, with plots
 
 exit codes: 0 done; 1 the run could not start (server unreachable, dataset unreadable);
 2 bad flags; 3 client-bound under --strict; 4 failed requests above --max-error-rate
@@ -48,7 +53,8 @@ exit codes: 0 done; 1 the run could not start (server unreachable, dataset unrea
 def build_parser() -> argparse.ArgumentParser:
     """The run parser (flag names follow SGLang's bench_serving where it has one)."""
     p = argparse.ArgumentParser(
-        prog="loadgen", usage="%(prog)s [run flags]\n       %(prog)s compare A.json B.json ...",
+        prog="loadgen", usage="%(prog)s [run flags]\n       %(prog)s compare A.json B.json ...\n"
+        "       %(prog)s report A.json ... --output report.html",
         description="Load generator for OpenAI-compatible servers.", epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
@@ -101,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--slo", type=at.slo, default=SLO(), help="goodput bounds in ms: ttft=...,tpot=...,e2e=...")
     a("--output", type=at.writable_path, default=None, help="results JSON path")
     a("--records", type=at.writable_path, default=None, help="per-request JSONL path")
+    a("--csv", type=at.writable_path, default=None, metavar="PATH", help="per-request CSV path (one row per request)")
     a("--strict", action="store_true", help="exit 3 when the run was client-bound")
     a("--quiet", action="store_true", help="no live display and no table")
     a("--ramp-up", type=at.nonneg_float, default=0.0,
@@ -305,6 +312,8 @@ def _run(argv: list[str]) -> int:
             print(f"results saved to {path}", file=sys.stderr)
     if args.records:
         write_records(args.records, result)
+    if args.csv:
+        write_csv(args.csv, result)
     return _exit_code(cfg, result)
 
 
@@ -321,11 +330,39 @@ def _compare(argv: list[str]) -> int:
     return 0
 
 
+def _report(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="loadgen report",
+                                description="One self-contained HTML page of saved runs (--output files): "
+                                "summary, client health, flags, machine, and plots over time.")
+    p.add_argument("paths", nargs="+", metavar="RUN.json")
+    p.add_argument("--output", type=at.writable_path, required=True, metavar="PATH",
+                   help="the HTML file to write")
+    p.add_argument("--label", action="append", default=None,
+                   help="a run's name, once per RUN.json in order (default: its label, else the file name)")
+    args = p.parse_args(argv)
+    if args.label is not None and len(args.label) != len(args.paths):
+        p.error(f"--label given {len(args.label)} times for {len(args.paths)} files")
+    try:
+        runs = [load_run(path) for path in args.paths]
+    except ValueError as exc:
+        print(f"loadgen report: {exc}", file=sys.stderr)
+        return 2
+    from loadgen.report.html import default_label, render  # NOTE: matplotlib only when asked for
+
+    labels = args.label or [default_label(run, path) for run, path in zip(runs, args.paths, strict=True)]
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(render(runs, labels))
+    print(args.output)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point (`loadgen`)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "compare":
         return _compare(argv[1:])
+    if argv and argv[0] == "report":
+        return _report(argv[1:])
     return _run(argv)
 
 

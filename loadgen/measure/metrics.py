@@ -60,6 +60,19 @@ def origin_ns(cfg: RunConfig, rec: RequestRecord) -> int:
     return rec.intended_ns if cfg.is_rate_mode else rec.start_ns
 
 
+def tpot_ms(rec: RequestRecord) -> float | None:
+    """(last content event - first) / (output tokens - 1); None with fewer than two tokens or events."""
+    n_out = output_tokens(rec)
+    if rec.first_token_ns is None or n_out <= 1 or len(rec.chunk_ns) <= 1:
+        return None
+    return (rec.chunk_ns[-1] - rec.first_token_ns) / 1e6 / (n_out - 1)
+
+
+def itl_ms(rec: RequestRecord) -> np.ndarray:
+    """Gaps between consecutive content events, in ms."""
+    return np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) / 1e6
+
+
 def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
     """Per-request (TTFT, TPOT, E2E) and per-event (ITL) latencies in ms of successful records."""
     lat: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
@@ -70,10 +83,9 @@ def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]
         if r.first_token_ns is not None:
             ttft = (r.first_token_ns - t0) / 1e6
             lat["ttft"].append(ttft)
-            n_out = output_tokens(r)
-            if n_out > 1 and len(r.chunk_ns) > 1:
-                lat["tpot"].append((r.chunk_ns[-1] - r.first_token_ns) / 1e6 / (n_out - 1))
-        gaps = np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) / 1e6
+            if (tpot := tpot_ms(r)) is not None:
+                lat["tpot"].append(tpot)
+        gaps = itl_ms(r)
         lat["itl"].extend(gaps.tolist())
         if len(r.chunk_tokens) == len(r.chunk_ns) and gaps.size:
             tok = np.maximum(np.asarray(r.chunk_tokens[1:]), 1.0)

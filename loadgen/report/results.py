@@ -167,7 +167,8 @@ def write_records(path: str, result: RunResult) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def _fmt(value, spec: str = "{:.2f}") -> str:
+def fmt(value, spec: str = "{:.2f}") -> str:
+    """A table cell: '-' for None, numbers through `spec`, anything else as str."""
     if value is None:
         return "-"
     return spec.format(value) if isinstance(value, int | float) else str(value)
@@ -182,14 +183,14 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     for key, label, spec in TABLE_ROWS:
         if key == "total_output_tokens" and s.get("output_tokens_source") == "client":
             label = "Total output tokens (client count: no usage)"
-        table.add_row(label, _fmt(s.get(key), spec))
+        table.add_row(label, fmt(s.get(key), spec))
         if key == "total_input_tokens":
-            table.add_row("  as built by the dataset", _fmt(s.get("total_input_tokens_dataset"), spec))
+            table.add_row("  as built by the dataset", fmt(s.get("total_input_tokens_dataset"), spec))
             table.add_row("  input lengths from", result.dataset_info.get("input_lengths", "-"))
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
                         ("itl_per_token", "ITL per token"), ("e2e_latency", "E2E latency")):
-        cells = [f"mean {_fmt(s[f'mean_{name}_ms'])}", f"median {_fmt(s[f'median_{name}_ms'])}"]
-        cells += [f"{pct_key(p)} {_fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
+        cells = [f"mean {fmt(s[f'mean_{name}_ms'])}", f"median {fmt(s[f'median_{name}_ms'])}"]
+        cells += [f"{pct_key(p)} {fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
         table.add_row(f"{label} (ms)", "  ".join(cells))
     for cls, info in s["errors"].items():
         table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
@@ -198,9 +199,9 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         steady = w.get("loop_lag_steady_p99_ms")
         table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}  loop lag p99 "
                       f"{w['loop_lag_p99_ms']:.1f} ms" + ("" if steady is None else f" (steady {steady:.1f})")
-                      + f"  cpu/event {_fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
-                      f"{_fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
-                      f"{_fmt(w.get('parse_cpu_us_per_event'), '{:.1f}')})")
+                      + f"  cpu/event {fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
+                      f"{fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
+                      f"{fmt(w.get('parse_cpu_us_per_event'), '{:.1f}')})")
     table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  p99 {health['p99_send_lag_ms']:.2f}")
     if s["client_bound"] is None:
         verdict = "not judged (no request succeeded)"
@@ -247,7 +248,7 @@ def _server_rows(table: Table, server: dict, versus: dict | None) -> None:
         table.add_row("  note", note)
 
 
-def _load_run(path: str) -> dict:
+def load_run(path: str) -> dict:
     """One saved run; ValueError naming the file when it is unreadable or not a results object."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -263,7 +264,7 @@ def _load_run(path: str) -> dict:
 def compare(paths: list[str], console: Console | None = None) -> Table:
     """Print runs side by side, each with its ratio to the first."""
     console = console or Console()
-    runs = [_load_run(p) for p in paths]
+    runs = [load_run(p) for p in paths]
     table = Table(title="loadgen compare (ratio to the first run)")
     table.add_column("metric")
     for p in paths:
@@ -274,7 +275,7 @@ def compare(paths: list[str], console: Console | None = None) -> Table:
         for run in runs:
             v = run.get(key)
             ratio = f" ({v / base:.2f}x)" if isinstance(v, int | float) and base else ""
-            cells.append(_fmt(v) + (ratio if run is not runs[0] else ""))
+            cells.append(fmt(v) + (ratio if run is not runs[0] else ""))
         table.add_row(key, *cells)
     table.add_row("client_bound", *[str(r.get("client_bound")) for r in runs])
     console.print(table)
