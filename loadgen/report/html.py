@@ -225,12 +225,14 @@ def _steady(ax, tl: dict, color) -> None:
 
 
 def _bucket_series(tl: dict, key: str, sub: str | None = None) -> tuple[list[float], list[float]]:
+    """(interval middles, values): each bucket covers [t_s, t_s + interval_s)."""
+    half = _num(tl.get("interval_s")) / 2
     xs, ys = [], []
     for b in tl["buckets"]:
         value = b.get(key)
         if sub is not None:
             value = value.get(sub) if isinstance(value, dict) else None
-        xs.append(_num(b.get("t_s")))
+        xs.append(_num(b.get("t_s")) + (0.0 if math.isnan(half) else half))
         ys.append(_num(value))
     return xs, ys
 
@@ -238,13 +240,13 @@ def _bucket_series(tl: dict, key: str, sub: str | None = None) -> tuple[list[flo
 def _throughput_plot(timed) -> str:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
     for tl, label, color in timed:
-        top.plot(*_bucket_series(tl, "output_tok_s"), color=color, label=label)
-        bottom.plot(*_bucket_series(tl, "in_flight"), color=color, label=label)
+        top.plot(*_bucket_series(tl, "output_tok_s"), color=color, marker=".", label=label)
+        bottom.plot(*_bucket_series(tl, "in_flight"), color=color, marker=".", label=label)
         for ax in (top, bottom):
             _steady(ax, tl, color)
     top.set_ylabel("output tok/s")
     bottom.set_ylabel("requests in flight")
-    bottom.set_xlabel("time since the first intended send (s); shaded: steady state")
+    bottom.set_xlabel("time since the first intended send (s), per interval; shaded: steady state")
     _finish(top, bottom)
     return _png(fig)
 
@@ -253,8 +255,8 @@ def _latency_plot(timed) -> str:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
     for tl, label, color in timed:
         for ax, key in ((top, "ttft_ms"), (bottom, "itl_ms")):
-            ax.plot(*_bucket_series(tl, key, "p50"), color=color, label=f"{label} p50")
-            ax.plot(*_bucket_series(tl, key, "p99"), color=color, ls="--", label=f"{label} p99")
+            ax.plot(*_bucket_series(tl, key, "p50"), color=color, marker=".", label=f"{label} p50")
+            ax.plot(*_bucket_series(tl, key, "p99"), color=color, ls="--", marker=".", label=f"{label} p99")
             _steady(ax, tl, color)
     top.set_ylabel("TTFT (ms)")
     bottom.set_ylabel("ITL per chunk (ms)")
