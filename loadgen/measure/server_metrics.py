@@ -123,6 +123,7 @@ class Scraper:
         self.kind: str | None = None
         self.status = "not started"
         self.failures = 0
+        self.thread_cpu_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -167,6 +168,7 @@ class Scraper:
                 self._keep(self._scrape())
             except (httpx.HTTPError, ValueError):
                 self.failures += 1
+            self.thread_cpu_s = time.thread_time()
 
     def latest(self) -> dict | None:
         """The newest scrape's series (for the live view), or None."""
@@ -187,7 +189,8 @@ class Scraper:
     def block(self, t0_ns: int) -> dict:
         """The `server_metrics` block of the results JSON."""
         out = {"status": self.status, "url": self.url, "dialect": self.kind, "interval_s": self.interval_s,
-               "scrapes": len(self.scrapes), "failed_scrapes": self.failures}
+               "scrapes": len(self.scrapes), "failed_scrapes": self.failures,
+               "scrape_thread_cpu_s": self.thread_cpu_s}
         if self.status != "ok":
             return out
         series = {"t_s": [(t - t0_ns) / 1e9 for t, _ in self.scrapes]}

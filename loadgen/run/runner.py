@@ -253,8 +253,10 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     server = scraper.stop(t0) if scraper is not None else {"status": "off"}
     if (versus := server_vs_client(server, summary)) is not None:
         summary["server_vs_client"] = versus
-    return RunResult(cfg, model, records, summary, interrupted, info, lost,
-                     timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records), server)
+    cpu_start = time.process_time()
+    tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records)
+    tl["cpu_s"] = time.process_time() - cpu_start  # the parent's CPU for the timeline and CDFs
+    return RunResult(cfg, model, records, summary, interrupted, info, lost, tl, points, server)
 
 
 def start_scraper(cfg: RunConfig) -> Scraper | None:
