@@ -56,12 +56,11 @@ class ReqTiming(msgspec.Struct, frozen=True, array_like=True):
     """Where one request's time went in the scheduler, stamped once each (``time.perf_counter``,
     CLOCK_MONOTONIC on Linux, so the HTTP process can subtract its own stamps).
 
-    ``queued``: it entered the waiting queue; ``prefill_start``/``prefill_end``: its first prefill
-    step began and its last prefill step's output came (on a PD decode node: preallocation and
-    the prebuilt pass, with ``prefill_steps`` 0); ``finished``: its last output.
+    ``prefill_start``/``prefill_end``: its first prefill step began and its last prefill step's
+    output came (on a PD decode node: preallocation and the prebuilt pass, with
+    ``prefill_steps`` 0); ``finished``: its last output.
     """
 
-    queued: float
     prefill_start: float
     prefill_end: float
     finished: float

@@ -55,8 +55,8 @@ class Req:
 
     __slots__ = ("rid", "origin_input_ids", "output_ids", "fill_ids", "sampling", "stream",
                  "choice_index", "finish_reason", "stop_window", "num_sent", "is_new",
-                 "stop_scanner", "stop_decoder", "stop_token_ids", "queued", "prefill_start",
-                 "prefill_end", "prefill_steps")
+                 "stop_scanner", "stop_decoder", "stop_token_ids", "prefill_start", "prefill_end",
+                 "prefill_steps")
 
     def __init__(self, msg: TokenizedGenerateReq, storage: TokenStorage, stop_window: int):
         self.rid = msg.rid
@@ -75,7 +75,6 @@ class Req:
         self.stop_token_ids = stop_token_id_set(msg.sampling.stop_token_ids)
         # NOTE: real time (perf_counter), whatever the engine's clock: the HTTP process subtracts
         # its own stamps from these.
-        self.queued = time.perf_counter()
         self.prefill_start = self.prefill_end = 0.0
         self.prefill_steps = 0
 
@@ -99,7 +98,7 @@ class Req:
 
     def timing(self, now: float) -> ReqTiming:
         """Where this request's time went, as it finishes at ``now``."""
-        return ReqTiming(self.queued, self.prefill_start or now, self.prefill_end or now, now,
+        return ReqTiming(self.prefill_start or now, self.prefill_end or now, now,
                          self.prefill_steps)
 
 

@@ -40,7 +40,7 @@ class SubRequests:
     # Server timing, when the client asked for it (``timing.ASK_HEADER``): ``timings`` is set.
     received: float = 0.0
     first_output: float = 0.0
-    timings: dict[int, ReqTiming] | None = None
+    timings: dict[int, tuple[float, ReqTiming]] | None = None
     client_request_id: str | None = None
 
     def ask_timing(self, received: float, client_request_id: str | None) -> None:

@@ -3,9 +3,10 @@
 Spans, in ms, from the HTTP process's arrival stamp and the scheduler's ``ReqTiming``: all are
 ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, one clock for every process of the machine).
 
-- ``arrival_to_queue_ms``: request received → it entered the scheduler's waiting queue
-  (body read, validation, tokenizing, IPC);
-- ``queue_ms``: waiting queue → its first prefill step began;
+- ``arrival_to_queue_ms``: request received → sent to the scheduler (body read, validation,
+  tokenizing: the HTTP process's part);
+- ``queue_ms``: sent to the scheduler → its first prefill step began (its wait in the scheduler's
+  inbox while a step runs, then in the waiting queue);
 - ``prefill_ms``: first prefill step began → its last prefill step's output; ``prefill_steps``;
 - ``first_output_ms``: request received → its first output was handed to the response (a whole
   response: the response was ready);
@@ -30,14 +31,15 @@ COMMENT_PREFIX = b": server-timing "
 _encode = msgspec.json.Encoder().encode
 
 
-def timing_fields(received: float, first_output: float, timings: dict[int, ReqTiming],
-                  request_id: str | None = None) -> dict:
-    """The spans of the sub-request whose prefill ended first (n > 1: the first output's)."""
+def timing_fields(received: float, first_output: float,
+                  timings: dict[int, tuple[float, ReqTiming]], request_id: str | None = None) -> dict:
+    """The spans of the sub-request whose prefill ended first (n > 1: the first output's);
+    ``timings``: per sub-request, when it was sent to the scheduler and its ``ReqTiming``."""
     out: dict = {} if request_id is None else {"request_id": request_id}
     if not timings:
         return out
-    t = min(timings.values(), key=lambda timing: timing.prefill_end)
-    out.update(arrival_to_queue_ms=_ms(t.queued - received), queue_ms=_ms(t.prefill_start - t.queued),
+    sent, t = min(timings.values(), key=lambda item: item[1].prefill_end)
+    out.update(arrival_to_queue_ms=_ms(sent - received), queue_ms=_ms(t.prefill_start - sent),
                prefill_ms=_ms(t.prefill_end - t.prefill_start), prefill_steps=t.prefill_steps,
                first_output_ms=_ms(first_output - received), decode_ms=_ms(t.finished - t.prefill_end))
     return out

@@ -119,13 +119,14 @@ class TokenizerManager:
     # Request side
 
     async def generate(self, reqs: list[TokenizedGenerateReq], indices: list[int],
-                       gone: ClientGone | None = None, timings: dict[int, ReqTiming] | None = None
+                       gone: ClientGone | None = None,
+                       timings: dict[int, tuple[float, ReqTiming]] | None = None
                        ) -> AsyncIterator[tuple[int, ReqOutput]]:
         """Send the sub-requests and yield ``(index, output)`` until each has finished.
 
         Leaving early (client gone, cancelled, an error) aborts every sub-request still running;
         no exception leaves a state behind in ``rid_to_state``. ``timings``, when given, gets
-        each finished sub-request's ``ReqTiming`` by index before the iteration ends.
+        each finished sub-request's send time and ``ReqTiming`` by index before the iteration ends.
         """
         states = self._register_and_send(reqs, indices)
         gone = gone if gone is not None else ClientGone()
@@ -142,7 +143,8 @@ class TokenizerManager:
         finally:
             self._stop(states)
             if timings is not None:
-                timings.update((s.index, s.timing) for s in states if s.timing is not None)
+                timings.update((s.index, (s.created, s.timing)) for s in states
+                               if s.timing is not None)
 
     def abort(self, rid: str) -> None:
         """Forget a request and tell the scheduler to free it."""
