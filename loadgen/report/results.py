@@ -188,6 +188,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         cells = [f"mean {_fmt(s[f'mean_{name}_ms'])}", f"median {_fmt(s[f'median_{name}_ms'])}"]
         cells += [f"{pct_key(p)} {_fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
         table.add_row(f"{label} (ms)", "  ".join(cells))
+        if name == "ttft" and "ttft_split" in s:
+            _add_ttft_split(table, s["ttft_split"])
     for cls, info in s["errors"].items():
         table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
     health = s["client_health"]
@@ -209,6 +211,16 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     for note in health.get("client_health_notes", []):
         table.add_row("  note", note)
     console.print(table)
+
+
+def _add_ttft_split(table: Table, split: dict) -> None:
+    """A few rows: each part of TTFT, with the server's own timing (mean, p50, p99 in ms)."""
+    table.add_row("  TTFT split (ms)", f"{split['requests']} requests with server timing")
+    for part in split["mean_ms"]:
+        if part == "decode" and not split["mean_ms"][part]:
+            continue  # streamed: TTFT holds no decode
+        table.add_row(f"    {part.replace('_', ' ')}",
+                      "  ".join(f"{stat} {_fmt(split[f'{stat}_ms'][part])}" for stat in ("mean", "p50", "p99")))
 
 
 def _load_run(path: str) -> dict:
