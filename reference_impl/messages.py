@@ -67,7 +67,7 @@ class ReqTiming(msgspec.Struct, frozen=True, array_like=True):
     prefill_steps: int
 
 
-class BatchTokenIDOutput(msgspec.Struct, tag=True):
+class BatchTokenIDOutput(msgspec.Struct, tag=True, omit_defaults=True):
     """One engine step's new token ids for every request that produced output.
 
     ``stop_strs`` is non-empty only on a request's first output, so the detokenizer learns
@@ -84,7 +84,7 @@ class BatchTokenIDOutput(msgspec.Struct, tag=True):
     timings: dict[str, ReqTiming] | None = None
 
 
-class BatchStrOutput(msgspec.Struct, tag=True):
+class BatchStrOutput(msgspec.Struct, tag=True, omit_defaults=True):
     """``BatchTokenIDOutput`` turned into text: each entry holds only the new text and ids."""
 
     rids: list[str]
