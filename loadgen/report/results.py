@@ -15,6 +15,7 @@ from rich.table import Table
 
 from loadgen import __version__
 from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
+from loadgen.measure.records import RequestRecord
 from loadgen.run.runner import RunResult
 
 TABLE_ROWS = (
@@ -141,6 +142,9 @@ def save_result(data: dict, result_dir: str | None, filename: str | None, append
     return path
 
 
+SERVER_TIMING_FIELDS = tuple(name for name in RequestRecord.__struct_fields__ if name.startswith("server_"))
+
+
 def write_records(path: str, result: RunResult) -> None:
     """One JSON line per request; times in ms from the run's first intended start.
 
@@ -160,6 +164,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "usage_completion_tokens": r.usage_completion_tokens,
                 "client_output_tokens": r.client_output_tokens,
                 "chunk_ms": [ms(t) for t in r.chunk_ns],
+                **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
             }
             f.write(json.dumps(row) + "\n")
 
