@@ -148,6 +148,8 @@ def _add_compat_flags(p: argparse.ArgumentParser) -> None:
     a("--skip-chat-template", action="store_true", help="accepted for vLLM: loadgen always sends prompts unchanged")
     a("--disable-shuffle", action="store_true", help="custom dataset: keep the file's order")
     a("--request-id-prefix", default=None, help="send x-request-id: PREFIX<index> with each request")
+    a("--no-server-timing", action="store_true",
+      help="do not send x-server-timing: 1 (asks the reference server for its per-request timing)")
     a("--ready-check-timeout-sec", type=at.int_at_least(0), default=0,
       help="wait up to this long for /v1/models to answer before the run (0: no wait)")
     a("--ramp-up-strategy", choices=("linear", "exponential"), default=None,
@@ -187,7 +189,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
         seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,
         strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
-        request_id_prefix=args.request_id_prefix, insecure=args.insecure, ca_cert=args.ca_cert,
+        request_id_prefix=args.request_id_prefix, server_timing=not args.no_server_timing, insecure=args.insecure, ca_cert=args.ca_cert,
         ramp_up_s=args.ramp_up, ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
         ramp_up_end_rps=args.ramp_up_end_rps, continuous_usage=args.continuous_usage,
         server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,

@@ -52,11 +52,27 @@ class FinishReason(msgspec.Struct, frozen=True):
     matched: int | str | None = None
 
 
-class BatchTokenIDOutput(msgspec.Struct, tag=True):
+class ReqTiming(msgspec.Struct, frozen=True, array_like=True):
+    """Where one request's time went in the scheduler, stamped once each (``time.perf_counter``,
+    CLOCK_MONOTONIC on Linux, so the HTTP process can subtract its own stamps).
+
+    ``prefill_start``/``prefill_end``: its first prefill step began and its last prefill step's
+    output came (on a PD decode node: preallocation and the prebuilt pass, with
+    ``prefill_steps`` 0); ``finished``: its last output.
+    """
+
+    prefill_start: float
+    prefill_end: float
+    finished: float
+    prefill_steps: int
+
+
+class BatchTokenIDOutput(msgspec.Struct, tag=True, omit_defaults=True):
     """One engine step's new token ids for every request that produced output.
 
     ``stop_strs`` is non-empty only on a request's first output, so the detokenizer learns
-    what to hold back.
+    what to hold back. ``timings``: per request that finished this step, its ``ReqTiming``
+    (None when none finished: nothing is sent per token).
     """
 
     rids: list[str]
@@ -65,9 +81,10 @@ class BatchTokenIDOutput(msgspec.Struct, tag=True):
     prompt_tokens: list[int]
     completion_tokens: list[int]
     stop_strs: list[list[str]]
+    timings: dict[str, ReqTiming] | None = None
 
 
-class BatchStrOutput(msgspec.Struct, tag=True):
+class BatchStrOutput(msgspec.Struct, tag=True, omit_defaults=True):
     """``BatchTokenIDOutput`` turned into text: each entry holds only the new text and ids."""
 
     rids: list[str]
@@ -76,6 +93,7 @@ class BatchStrOutput(msgspec.Struct, tag=True):
     finish_reasons: list[FinishReason | None]
     prompt_tokens: list[int]
     completion_tokens: list[int]
+    timings: dict[str, ReqTiming] | None = None
 
 
 class SchedulerStats(msgspec.Struct, tag=True):

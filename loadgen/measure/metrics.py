@@ -93,6 +93,38 @@ def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]
     return lat
 
 
+TTFT_PARTS = ("client_network", "queue", "prefill", "decode", "server_other")
+
+
+def ttft_split(cfg: RunConfig, ok: list[RequestRecord]) -> dict | None:
+    """Each request's TTFT, from its actual send, split with the server's own timing; None when no
+    request carried one.
+
+    client_network = TTFT − the server's arrival → first output; queue and prefill are the
+    server's; decode is the server's decode span for a whole response (its TTFT is its E2E
+    latency), 0 when streamed; server_other = the rest of the server's arrival → first output
+    (body read, tokenizing, detokenizing, the HTTP process). The parts of each request sum to
+    its TTFT."""
+    parts: dict[str, list[float]] = {name: [] for name in TTFT_PARTS}
+    for r in ok:
+        first_output, queue, prefill = r.server_first_output_ms, r.server_queue_ms, r.server_prefill_ms
+        if r.first_token_ns is None or first_output is None or queue is None or prefill is None:
+            continue
+        decode = 0.0 if cfg.stream else (r.server_decode_ms or 0.0)
+        parts["client_network"].append((r.first_token_ns - r.start_ns) / 1e6 - first_output)
+        parts["queue"].append(queue)
+        parts["prefill"].append(prefill)
+        parts["decode"].append(decode)
+        parts["server_other"].append(first_output - queue - prefill - decode)
+    if not parts["queue"]:
+        return None
+    arrays = {name: np.asarray(values, dtype=np.float64) for name, values in parts.items()}
+    return {"requests": len(parts["queue"]),
+            "mean_ms": {name: float(a.mean()) for name, a in arrays.items()},
+            "p50_ms": {name: float(np.percentile(a, 50)) for name, a in arrays.items()},
+            "p99_ms": {name: float(np.percentile(a, 99)) for name, a in arrays.items()}}
+
+
 def _peaks(records: list[RequestRecord], t0: int) -> dict:
     ok = [r for r in records if r.ok]
     times = np.concatenate([np.asarray(r.chunk_ns, dtype=np.int64) for r in ok]) if ok else np.zeros(0)
@@ -242,6 +274,8 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     }
     for name in LATENCY_METRICS:
         summary.update(_dist(name, lat[name], cfg.percentiles))
+    if (split := ttft_split(cfg, ok)) is not None:
+        summary["ttft_split"] = split
     summary["errors"] = _errors(records)
     summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok))
     summary["client_bound"] = summary["client_health"]["client_bound"]

@@ -27,6 +27,14 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     chunk_token_source: str = "one per content event"
     retokenized_output_tokens: int | None = None
     output_chars: int = 0
+    # The server's own timing, where it sent one (the reference server's `: server-timing` SSE
+    # comment or `Server-Timing` header); None when absent. See loadgen/README.md.
+    server_arrival_to_queue_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_prefill_ms: float | None = None
+    server_prefill_steps: int | None = None
+    server_first_output_ms: float | None = None
+    server_decode_ms: float | None = None
 
     @property
     def ok(self) -> bool:

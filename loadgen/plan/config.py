@@ -67,6 +67,7 @@ class RunConfig:
     endpoint_path: str | None = None
     sampling: dict = field(default_factory=dict)
     request_id_prefix: str | None = None
+    server_timing: bool = True
     insecure: bool = False
     ca_cert: str | None = None
     ramp_up_s: float = 0.0

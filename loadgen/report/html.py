@@ -27,7 +27,8 @@ HEADER_KEYS = ("date", "base_url", "model_id", "backend", "transport", "loadgen_
 CDF_KEYS = (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL per chunk (ms)"), ("tpot_ms", "TPOT (ms)"),
             ("e2e_latency_ms", "E2E latency (ms)"))
 SPLIT_PARTS = (("client_network", "client / network", "#8da0cb"), ("queue", "queue", "#fc8d62"),
-               ("prefill", "prefill", "#66c2a5"), ("server_other", "server other", "#b3b3b3"))
+               ("prefill", "prefill", "#66c2a5"), ("server_other", "server other", "#b3b3b3"),
+               ("decode", "decode (--no-stream: TTFT is the whole response)", "#e78ac3"))
 NO_TIMELINE = "no timeline in this file (older loadgen)"
 CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1150px; }

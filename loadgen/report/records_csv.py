@@ -9,7 +9,8 @@ from loadgen.measure.records import RequestRecord
 from loadgen.plan.config import RunConfig
 from loadgen.run.runner import RunResult
 
-SERVER_COLUMNS = ("server_queue_ms", "server_prefill_ms", "server_decode_ms")
+SERVER_COLUMNS = ("server_arrival_to_queue_ms", "server_queue_ms", "server_prefill_ms",
+                  "server_prefill_steps", "server_first_output_ms", "server_decode_ms")
 COLUMNS = ("index", "worker", "ok", "error_class", "intended_s", "start_s", "end_s", "ttft_ms",
            "e2e_ms", "tpot_ms", "mean_itl_ms", "input_len", "output_tokens",
            "client_output_tokens", *SERVER_COLUMNS)
@@ -29,7 +30,7 @@ def csv_row(cfg: RunConfig, rec: RequestRecord, t0: int) -> dict:
         "input_len": rec.input_len, "output_tokens": output_tokens(rec),
         "client_output_tokens": rec.client_output_tokens,
     }
-    row.update({name: getattr(rec, name, None) for name in SERVER_COLUMNS})
+    row.update({name: getattr(rec, name) for name in SERVER_COLUMNS})
     return row
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from loadgen import __version__
 from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
+from loadgen.measure.records import RequestRecord
 from loadgen.run.runner import RunResult
 
 TABLE_ROWS = (
@@ -144,6 +145,9 @@ def save_result(data: dict, result_dir: str | None, filename: str | None, append
     return path
 
 
+SERVER_TIMING_FIELDS = tuple(name for name in RequestRecord.__struct_fields__ if name.startswith("server_"))
+
+
 def write_records(path: str, result: RunResult) -> None:
     """One JSON line per request; times in ms from the run's first intended start.
 
@@ -163,6 +167,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "usage_completion_tokens": r.usage_completion_tokens,
                 "client_output_tokens": r.client_output_tokens,
                 "chunk_ms": [ms(t) for t in r.chunk_ns],
+                **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
             }
             f.write(json.dumps(row) + "\n")
 
@@ -192,6 +197,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         cells = [f"mean {fmt(s[f'mean_{name}_ms'])}", f"median {fmt(s[f'median_{name}_ms'])}"]
         cells += [f"{pct_key(p)} {fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
         table.add_row(f"{label} (ms)", "  ".join(cells))
+        if name == "ttft" and "ttft_split" in s:
+            _add_ttft_split(table, s["ttft_split"])
     for cls, info in s["errors"].items():
         table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
     health = s["client_health"]
@@ -246,6 +253,16 @@ def _server_rows(table: Table, server: dict, versus: dict | None) -> None:
         table.add_row(f"  server vs client {row['name']}", f"{row['server']:,.2f} vs {row['client']:,.2f} ({ratio})")
     for note in (versus or {}).get("notes", []):
         table.add_row("  note", note)
+
+
+def _add_ttft_split(table: Table, split: dict) -> None:
+    """A few rows: each part of TTFT, with the server's own timing (mean, p50, p99 in ms)."""
+    table.add_row("  TTFT split (ms)", f"{split['requests']} requests with server timing")
+    for part in split["mean_ms"]:
+        if part == "decode" and not split["mean_ms"][part]:
+            continue  # streamed: TTFT holds no decode
+        table.add_row(f"    {part.replace('_', ' ')}",
+                      "  ".join(f"{stat} {fmt(split[f'{stat}_ms'][part])}" for stat in ("mean", "p50", "p99")))
 
 
 def load_run(path: str) -> dict:

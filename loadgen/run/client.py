@@ -20,7 +20,13 @@ from loadgen.measure.records import RequestRecord
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import Prompt
 from loadgen.run import httpcore_guards
-from loadgen.run.sse import MalformedSSE, ServerErrorEvent, parse_stream, parse_whole
+from loadgen.run.sse import (
+    MalformedSSE,
+    ServerErrorEvent,
+    parse_server_timing_header,
+    parse_stream,
+    parse_whole,
+)
 from loadgen.run.transport import (
     BadResponse,
     LeanRequest,
@@ -64,6 +70,7 @@ class RawResponse:
     chunks: list[bytes] = field(default_factory=list)
     stamps: list[int] = field(default_factory=list)
     is_stream: bool = True
+    server_timing: bytes | None = None  # the Server-Timing header's value, parsed after the request
 
 
 class Client:
@@ -78,6 +85,8 @@ class Client:
         # NOTE: identity, not httpx's default gzip: each event is stamped as its raw bytes arrive
         # and parsed later, so a compressed stream would be undecodable and its timing meaningless.
         headers = httpx.Headers({"content-type": "application/json", "accept-encoding": "identity"})
+        if cfg.server_timing:
+            headers["x-server-timing"] = "1"
         headers.update(cfg.headers)  # NOTE: case-insensitive: a --header Accept-Encoding replaces ours
         self.lean: LeanTransport | None = None
         if cfg.effective_transport == "lean":
@@ -118,7 +127,7 @@ class Client:
                     text = (await _error_body(response, body))[:300].decode(errors="replace")
                     _fail(rec, f"http_{status}", f"HTTP {status}: {text}")
                     return
-                _check_encoding(headers)
+                raw.server_timing = _check_headers(headers)
                 if body is not None:
                     await body.complete()
                     raw.chunks, raw.stamps = body.chunks, body.stamps
@@ -164,12 +173,17 @@ class Client:
         return response.status_code, response.headers.raw, response, None
 
 
-def _check_encoding(headers: list[tuple[bytes, bytes]]) -> None:
-    """BadResponse for a compressed body: loadgen asks for identity and never decodes."""
+def _check_headers(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The Server-Timing value, if any; BadResponse for a compressed body: loadgen asks for
+    identity and never decodes."""
+    server_timing = None
     for name, value in headers:
         if len(name) == 16 and name.lower() == b"content-encoding" and value.strip().lower() != b"identity":
             raise BadResponse(f"response has Content-Encoding: {value.decode(errors='replace')[:40]} though "
                               "loadgen asks for identity and reads the raw bytes (no decoding)")
+        if len(name) == 13 and name.lower() == b"server-timing":
+            server_timing = value
+    return server_timing
 
 
 def describe_error(exc: BaseException) -> str:
@@ -227,6 +241,8 @@ def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
             parse_stream(rec, raw.chunks, raw.stamps, tokenizer)
         else:
             parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
+        if raw.server_timing is not None:
+            parse_server_timing_header(rec, raw.server_timing)
     except ServerErrorEvent as exc:
         _fail(rec, "server_error_event", str(exc))
     except MalformedSSE as exc:

@@ -58,6 +58,20 @@ class _Chunk(msgspec.Struct, gc=False):
     error: dict | str | None = None
 
 
+class _ServerTiming(msgspec.Struct, gc=False):
+    """The reference server's per-request timing (reference_impl/server/timing.py)."""
+
+    arrival_to_queue_ms: float | None = None
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+    prefill_steps: _Count | None = None
+    first_output_ms: float | None = None
+    decode_ms: float | None = None
+
+
+_decode_timing = msgspec.json.Decoder(_ServerTiming).decode
+_TIMING_MARK = b"\n: server-timing "
+_TIMING_TAIL_BYTES = 4096
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_chunks = msgspec.json.Decoder(list[_Chunk]).decode
 _DONE_TAIL = b"\n\ndata: [DONE]\n\n"
@@ -104,12 +118,64 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     Output tokens are counted per content event as the server emitted them: the growth of
     `usage.completion_tokens` when the server streams usage in every chunk, else one per event."""
     body, ends = _events(chunks)
+    body, ends = _take_server_timing(record, body, ends)
     decoded = _common_stream(body, ends, stamps)
     if decoded is None:
         decoded = _any_stream(body, ends, stamps)
     texts, cumulative = _take_chunks(record, *decoded)
     record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
     _count_tokens(record, texts, tokenizer)
+
+
+def _take_server_timing(record: RequestRecord, body: bytes, ends: list[int]) -> tuple[bytes, list[int]]:
+    """Cut the server's `: server-timing {json}` comment out of the body's tail, into the record.
+
+    Only the tail is searched: the reference server sends the comment just before [DONE]. Without
+    it the common stream's one-pass decoding applies. A comment that is not the expected JSON is
+    dropped all the same, and counts as nothing (a comment never breaks a stream)."""
+    start = body.rfind(_TIMING_MARK, max(0, len(body) - _TIMING_TAIL_BYTES))
+    if start < 0:
+        return body, ends
+    start += 1
+    line_end = body.find(b"\n", start)
+    if line_end < 0:
+        return body, ends
+    try:
+        _set_server_timing(record, _decode_timing(body[start + len(_TIMING_MARK) - 1:line_end]))
+    except msgspec.DecodeError:
+        pass
+    stop = line_end + 1
+    if body[start - 2:start] == b"\n\n" and body[stop:stop + 1] == b"\n":
+        stop += 1  # NOTE: an event of its own: its blank line goes too, else only its line
+    cut = stop - start
+    return body[:start] + body[stop:], [end if end <= start else max(start, end - cut) for end in ends]
+
+
+def _set_server_timing(record: RequestRecord, timing: _ServerTiming) -> None:
+    record.server_arrival_to_queue_ms = timing.arrival_to_queue_ms
+    record.server_queue_ms = timing.queue_ms
+    record.server_prefill_ms = timing.prefill_ms
+    record.server_prefill_steps = timing.prefill_steps
+    record.server_first_output_ms = timing.first_output_ms
+    record.server_decode_ms = timing.decode_ms
+
+
+def parse_server_timing_header(record: RequestRecord, value: bytes) -> None:
+    """Fill the record's server timing from a W3C `Server-Timing` header (a whole response):
+    `name;dur=ms` per metric, `prefill_steps;desc="N"`; unknown or broken entries are skipped."""
+    fields: dict[str, float] = {}
+    for entry in value.decode("latin-1").split(","):
+        name, *params = (p.strip() for p in entry.split(";"))
+        for param in params:
+            key, _, number = param.partition("=")
+            if key in ("dur", "desc"):
+                try:
+                    fields[name] = float(number.strip('"'))
+                except ValueError:
+                    pass
+    steps = fields.pop("prefill_steps", None)
+    spans = {f"{name}_ms": ms for name, ms in fields.items() if f"{name}_ms" in _ServerTiming.__struct_fields__}
+    _set_server_timing(record, _ServerTiming(**spans, prefill_steps=None if steps is None else int(steps)))
 
 
 def _common_stream(body: bytes, ends: list[int], stamps: list[int]) -> tuple[list[_Chunk], list[int]] | None:

@@ -32,7 +32,7 @@ class Detokenizer:
             if finish is not None:
                 del self._streams[rid]
         return BatchStrOutput(batch.rids, texts, batch.new_token_ids, batch.finish_reasons,
-                              batch.prompt_tokens, batch.completion_tokens)
+                              batch.prompt_tokens, batch.completion_tokens, batch.timings)
 
     @property
     def num_streams(self) -> int:

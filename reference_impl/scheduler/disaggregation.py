@@ -24,7 +24,7 @@ from reference_impl.engine.base import Clock, ForwardBatch
 from reference_impl.scheduler.batch_state import BatchState
 from reference_impl.scheduler.policy import BatchPolicy
 from reference_impl.scheduler.prefill_adder import PrefillAdder
-from reference_impl.scheduler.request import Req
+from reference_impl.scheduler.request import Req, stamp_prefill_start
 
 #: Longest sleep while nothing runs and KV is in flight, so new requests and aborts still get in.
 MAX_IDLE_WAIT_S = 0.002
@@ -136,6 +136,8 @@ class DecodePolicy(BatchPolicy):
         state = self.state
         num_holding = len(state.running) + len(self.transfers)
         reqs = self.adder.admit(state.waiting, num_holding, state.num_used_tokens)
+        if reqs:
+            stamp_prefill_start(reqs)
         state.reserve(reqs)
         for req in reqs:
             self.transfers.add(req)

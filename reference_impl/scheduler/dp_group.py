@@ -101,12 +101,17 @@ class DPGroup:
             return None
         merged = outputs[0]
         for out in outputs[1:]:
-            for name in merged.__struct_fields__:
+            for name in _LIST_FIELDS:
                 getattr(merged, name).extend(getattr(out, name))
+            if out.timings:
+                merged.timings = {**(merged.timings or {}), **out.timings}
         for rid, reason in zip(merged.rids, merged.finish_reasons, strict=True):
             if reason is not None:
                 self._rank_of.pop(rid, None)
         return merged
+
+
+_LIST_FIELDS = tuple(name for name in BatchTokenIDOutput.__struct_fields__ if name != "timings")
 
 
 def _always_allowed() -> bool:

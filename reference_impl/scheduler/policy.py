@@ -25,7 +25,7 @@ from reference_impl.scheduler.prefill_delayer import (
     RecentPrefillBatchSizes,
     estimated_attempt_size,
 )
-from reference_impl.scheduler.request import Req
+from reference_impl.scheduler.request import Req, stamp_prefill_start
 
 
 class BatchPolicy(ABC):
@@ -81,6 +81,7 @@ class AggregatedPolicy(BatchPolicy):
             self.recent_prefill_sizes.observe_attempt(len(reqs) or estimated_attempt_size(
                 len(state.waiting), self.adder.num_free_slots(len(state.running))))
             if reqs:
+                stamp_prefill_start(reqs)
                 state.reserve(reqs)
                 state.running.extend(reqs)
                 state.counts["prefill_steps"] += 1

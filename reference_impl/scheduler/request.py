@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
-from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
+from reference_impl.messages import FinishReason, ReqTiming, SamplingParams, TokenizedGenerateReq
 from reference_impl.scheduler.token_storage import TokenStorage
 from reference_impl.tokenizer import Tokenizer
 from reference_impl.tokenizer.stop_strings import StopScanner
@@ -54,7 +55,8 @@ class Req:
 
     __slots__ = ("rid", "origin_input_ids", "output_ids", "fill_ids", "sampling", "stream",
                  "choice_index", "finish_reason", "stop_window", "num_sent", "is_new",
-                 "stop_scanner", "stop_decoder", "stop_token_ids")
+                 "stop_scanner", "stop_decoder", "stop_token_ids", "prefill_start", "prefill_end",
+                 "prefill_steps")
 
     def __init__(self, msg: TokenizedGenerateReq, storage: TokenStorage, stop_window: int):
         self.rid = msg.rid
@@ -71,6 +73,10 @@ class Req:
         self.stop_scanner: StopScanner | None = None
         self.stop_decoder = None
         self.stop_token_ids = stop_token_id_set(msg.sampling.stop_token_ids)
+        # NOTE: real time (perf_counter), whatever the engine's clock: the HTTP process subtracts
+        # its own stamps from these.
+        self.prefill_start = self.prefill_end = 0.0
+        self.prefill_steps = 0
 
     @property
     def prompt_len(self) -> int:
@@ -89,3 +95,16 @@ class Req:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+    def timing(self, now: float) -> ReqTiming:
+        """Where this request's time went, as it finishes at ``now``."""
+        return ReqTiming(self.prefill_start or now, self.prefill_end or now, now,
+                         self.prefill_steps)
+
+
+def stamp_prefill_start(reqs: list[Req]) -> None:
+    """Stamp the requests admitted to their first prefill step (or preallocated, PD decode)."""
+    now = time.perf_counter()
+    for req in reqs:
+        if not req.prefill_start:
+            req.prefill_start = now

@@ -7,6 +7,7 @@ drive it directly on a virtual clock. How each pass's batch is picked is the bat
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 
@@ -142,6 +143,8 @@ class Scheduler:
 
     def _process_result(self, batch: ForwardBatch, next_ids: list[int]) -> None:
         check = self.stop_checker.check
+        if batch.is_prefill or batch.is_prebuilt:
+            _stamp_prefill_end(batch)
         for req, token_id in zip(batch.reqs, next_ids, strict=True):
             req.output_ids.append(token_id)
             req.finish_reason = check(req, token_id)
@@ -159,8 +162,14 @@ class Scheduler:
         out = BatchTokenIDOutput([], [], [], [], [], [])
         for req in [*self._finished_early, *reqs]:
             num_new = len(req.output_ids) - req.num_sent
-            if not req.finished and not (req.stream and num_new >= interval):
-                continue
+            if not req.finished:
+                if not (req.stream and num_new >= interval):
+                    continue
+            elif out.timings is None:
+                now = time.perf_counter()
+                out.timings = {req.rid: req.timing(now)}
+            else:
+                out.timings[req.rid] = req.timing(now)
             out.rids.append(req.rid)
             out.new_token_ids.append(list(req.output_ids[req.num_sent:]))
             out.finish_reasons.append(req.finish_reason)
@@ -179,4 +188,13 @@ class Scheduler:
     def _finish_early(self, req: Req, reason: FinishReason) -> None:
         req.finish_reason = reason
         self._finished_early.append(req)
+
+
+def _stamp_prefill_end(batch: ForwardBatch) -> None:
+    """A prefill (or PD prebuilt) step's output came: once per request and step, never per token."""
+    now = time.perf_counter()
+    count = 1 if batch.is_prefill else 0
+    for req in batch.reqs:
+        req.prefill_end = now
+        req.prefill_steps += count
 

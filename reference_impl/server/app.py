@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,6 +39,7 @@ from reference_impl.server.serving import BadRequest
 from reference_impl.server.serving_chat import ServingChat
 from reference_impl.server.serving_completions import ServingCompletions
 from reference_impl.server.serving_tokenization import ServingTokenization
+from reference_impl.server.timing import ASK_HEADER, header_value
 from reference_impl.server.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
@@ -107,13 +109,15 @@ def create_app(args: ServerArgs, tm: TokenizerManager, tokenizer, metrics: Serve
 
     @app.post("/v1/chat/completions")
     async def chat_completions(raw: Request) -> Response:
+        received = time.perf_counter()
         body = await read_chat_body(raw)
-        return await _serve(chat, ChatCompletionRequest.model_validate_json(body), raw)
+        return await _serve(chat, ChatCompletionRequest.model_validate_json(body), raw, received)
 
     @app.post("/v1/completions")
     async def text_completions(raw: Request) -> Response:
+        received = time.perf_counter()
         body = await read_json_body(raw)
-        return await _serve(completions, CompletionRequest.model_validate_json(body), raw)
+        return await _serve(completions, CompletionRequest.model_validate_json(body), raw, received)
 
     @app.post("/tokenize")
     async def tokenize(raw: Request) -> Response:
@@ -189,8 +193,11 @@ class ApiKeyCheck:
             hashlib.sha256(token).digest(), self._key_digest)
 
 
-async def _serve(serving, request, raw: Request) -> Response:
+async def _serve(serving, request, raw: Request, received: float) -> Response:
     subs = serving.prepare(request)
+    headers = raw.headers
+    if ASK_HEADER in headers:
+        subs.ask_timing(received, headers.get("x-request-id"))
     if request.stream:
         return SSEResponse(serving.stream(request, subs), subs.gone,
                            lambda: serving.record(subs, CLIENT_CLOSED_REQUEST))
@@ -203,7 +210,11 @@ async def _serve(serving, request, raw: Request) -> Response:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     finally:
         listener.cancel()
-    return JSONResponse(response.model_dump())
+    if subs.timings is None:
+        return JSONResponse(response.model_dump())
+    subs.first_output = time.perf_counter()
+    return JSONResponse(response.model_dump(),
+                        headers={"server-timing": header_value(subs.timing_fields())})
 
 
 def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 from reference_impl.config import ServerArgs
 from reference_impl.hot_paths import HOT_PATHS
-from reference_impl.messages import FinishReason, SamplingParams, TokenizedGenerateReq
+from reference_impl.messages import FinishReason, ReqTiming, SamplingParams, TokenizedGenerateReq
 from reference_impl.server.metrics import ServerMetrics
 from reference_impl.server.protocol import UsageInfo
 from reference_impl.server.stream_outputs import ReqOutput
+from reference_impl.server.timing import timing_fields
 from reference_impl.server.tokenizer_manager import ClientGone, TokenizerManager
 from reference_impl.tokenizer import Tokenizer
 
@@ -36,6 +37,20 @@ class SubRequests:
     prompt_lens: list[int]          # per choice index
     arrival: float
     gone: ClientGone = field(default_factory=ClientGone)
+    # Server timing, when the client asked for it (``timing.ASK_HEADER``): ``timings`` is set.
+    received: float = 0.0
+    first_output: float = 0.0
+    timings: dict[int, tuple[float, ReqTiming]] | None = None
+    client_request_id: str | None = None
+
+    def ask_timing(self, received: float, client_request_id: str | None) -> None:
+        """Collect this request's server timing; ``received``: when the request came in."""
+        self.received, self.client_request_id, self.timings = received, client_request_id, {}
+
+    def timing_fields(self) -> dict:
+        """The server timing spans (``timing.timing_fields``)."""
+        return timing_fields(self.received, self.first_output, self.timings or {},
+                             self.client_request_id)
 
     @property
     def prompt_tokens(self) -> int:
@@ -107,7 +122,7 @@ class ServingBase:
     async def collect(self, subs: SubRequests) -> list[tuple[int, ReqOutput]]:
         """Every choice's final output, in index order."""
         finals = []
-        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone):
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone, subs.timings):
             if out.finish_reason is not None:
                 finals.append((index, out))
         finals.sort(key=lambda item: item[0])

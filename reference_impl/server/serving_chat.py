@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 from reference_impl.hot_paths import HOT_PATHS
@@ -20,6 +21,7 @@ from reference_impl.server.serving import (
     usage_dict,
 )
 from reference_impl.server.sse import SSE_DONE, sse_data
+from reference_impl.server.timing import sse_comment
 
 
 class ServingChat(ServingBase):
@@ -44,9 +46,10 @@ class ServingChat(ServingBase):
         head = {"chunk_id": subs.request_id, "created": subs.created, "model": request.model}
         continuous = request.continuous_usage_stats
         completion_tokens = 0
-        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone):
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone, subs.timings):
             usage = usage_dict(out.prompt_tokens, out.completion_tokens) if continuous else None
             if tracker.is_first(index):
+                subs.first_output = subs.first_output or time.perf_counter()
                 yield encode(**head, index=index, role="assistant", content="", usage=usage)
             delta = tracker.delta(index, out.text, out.text_start)
             if delta:
@@ -59,6 +62,8 @@ class ServingChat(ServingBase):
             yield sse_data(ChatCompletionStreamResponse(
                 id=subs.request_id, created=subs.created, model=request.model, choices=[],
                 usage=subs.usage(completion_tokens)))
+        if subs.timings is not None:
+            yield sse_comment(subs.timing_fields())
         yield SSE_DONE
         self.record(subs)
 

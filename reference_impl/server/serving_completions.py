@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 from reference_impl.server.protocol import (
@@ -19,6 +20,7 @@ from reference_impl.server.serving import (
     total_completion_tokens,
 )
 from reference_impl.server.sse import SSE_DONE, sse_data
+from reference_impl.server.timing import sse_comment
 
 
 class ServingCompletions(ServingBase):
@@ -49,13 +51,14 @@ class ServingCompletions(ServingBase):
         echoes = self.echo_texts(request)
         continuous = request.continuous_usage_stats
         completion_tokens = 0
-        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone):
+        async for index, out in self.tm.generate(subs.reqs, subs.indices, subs.gone, subs.timings):
             usage = UsageInfo.of(out.prompt_tokens, out.completion_tokens) if continuous else None
             first = tracker.is_first(index)
             # NOTE: the tracker sees generated text only; the echo never moves its offset.
             delta = tracker.delta(index, out.text, out.text_start)
             if first:
                 delta = echoes[index // request.n] + delta
+                subs.first_output = subs.first_output or time.perf_counter()
             if delta:
                 yield self._chunk(request, subs, index, delta, usage=usage)
             if out.finish_reason is not None:
@@ -66,6 +69,8 @@ class ServingCompletions(ServingBase):
             yield sse_data(CompletionStreamResponse(
                 id=subs.request_id, created=subs.created, model=request.model, choices=[],
                 usage=subs.usage(completion_tokens)))
+        if subs.timings is not None:
+            yield sse_comment(subs.timing_fields())
         yield SSE_DONE
         self.record(subs)
 

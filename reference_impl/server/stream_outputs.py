@@ -56,7 +56,8 @@ class ReqState:
 
     __slots__ = ("rid", "index", "out_list", "num_queued_bytes", "is_waiting", "gone", "event",
                  "finished", "text_chunks", "_text", "_num_joined", "num_taken_chunks",
-                 "num_taken_chars", "output_ids", "created", "first_token_time", "last_time")
+                 "num_taken_chars", "output_ids", "created", "first_token_time", "last_time",
+                 "timing")
 
     def __init__(self, rid: str, index: int, event, created: float):
         self.rid = rid
@@ -76,6 +77,7 @@ class ReqState:
         self.created = created
         self.first_token_time = 0.0
         self.last_time = 0.0
+        self.timing = None  # the scheduler's ReqTiming, with the final output
 
     def get_text(self) -> str:
         """The whole text so far: the text built before plus only the chunks that came since."""

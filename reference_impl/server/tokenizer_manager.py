@@ -22,6 +22,7 @@ from reference_impl.messages import (
     AbortReq,
     BatchStrOutput,
     GetStatsReq,
+    ReqTiming,
     SchedulerStats,
     TokenizedGenerateReq,
 )
@@ -99,6 +100,8 @@ class TokenizerManager:
             self._metrics.on_output(state, len(ids), time.perf_counter())
         if finish is not None:
             state.finished = True
+            if batch.timings is not None:
+                state.timing = batch.timings.get(state.rid)
             del self.rid_to_state[state.rid]
         elif state.num_queued_bytes > self.args.max_queued_output_bytes and not state.is_waiting:
             # NOTE: only a consumer away from its queue (writing to a client that does not read)
@@ -116,11 +119,14 @@ class TokenizerManager:
     # Request side
 
     async def generate(self, reqs: list[TokenizedGenerateReq], indices: list[int],
-                       gone: ClientGone | None = None) -> AsyncIterator[tuple[int, ReqOutput]]:
+                       gone: ClientGone | None = None,
+                       timings: dict[int, tuple[float, ReqTiming]] | None = None
+                       ) -> AsyncIterator[tuple[int, ReqOutput]]:
         """Send the sub-requests and yield ``(index, output)`` until each has finished.
 
         Leaving early (client gone, cancelled, an error) aborts every sub-request still running;
-        no exception leaves a state behind in ``rid_to_state``.
+        no exception leaves a state behind in ``rid_to_state``. ``timings``, when given, gets
+        each finished sub-request's send time and ``ReqTiming`` by index before the iteration ends.
         """
         states = self._register_and_send(reqs, indices)
         gone = gone if gone is not None else ClientGone()
@@ -136,6 +142,9 @@ class TokenizerManager:
                     yield item
         finally:
             self._stop(states)
+            if timings is not None:
+                timings.update((s.index, (s.created, s.timing)) for s in states
+                               if s.timing is not None)
 
     def abort(self, rid: str) -> None:
         """Forget a request and tell the scheduler to free it."""

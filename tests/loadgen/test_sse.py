@@ -120,3 +120,54 @@ def test_multi_line_data_is_one_event_joined_with_newlines():
 def test_error_events_fail_the_request_as_server_error_event(event):
     rec = finish_record(RawResponse(_rec(), [TOK + event + TOK + DONE], [1]))
     assert rec.error_class == "server_error_event", rec.error_message
+
+
+TIMING = (b': server-timing {"request_id":"x-1","arrival_to_queue_ms":0.5,"queue_ms":1.25,'
+          b'"prefill_ms":3.5,"prefill_steps":2,"first_output_ms":6.0,"decode_ms":40.0}\n\n')
+
+
+def _timing(rec: RequestRecord) -> tuple:
+    return (rec.server_arrival_to_queue_ms, rec.server_queue_ms, rec.server_prefill_ms,
+            rec.server_prefill_steps, rec.server_first_output_ms, rec.server_decode_ms)
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_server_timing_comment_split_across_reads_is_taken_and_changes_nothing_else(crlf):
+    body = ROLE + TOK + TOK + USAGE + TIMING + DONE
+    if crlf:
+        body = body.replace(b"\n", b"\r\n")
+    cut = body.index(b"server-timing") + 20  # one read ends inside the comment
+    tail = len(body) - (len(DONE) * (2 if crlf else 1)) - 3
+    chunks = [body[:len(ROLE) + 5], body[len(ROLE) + 5:cut], body[cut:tail], body[tail:]]
+    rec, plain = _rec(), _rec()
+    parse_stream(rec, chunks, [10, 20, 30, 40])
+    assert _timing(rec) == (0.5, 1.25, 3.5, 2, 6.0, 40.0)
+    plain_body = ROLE + TOK + TOK + USAGE + DONE
+    parse_stream(plain, [plain_body[:len(ROLE) + 5], plain_body[len(ROLE) + 5:]], [10, 20])
+    assert rec.chunk_ns == [20, 20] and plain.chunk_ns == [20, 20]
+    assert rec.client_output_tokens == plain.client_output_tokens == 2
+    assert (rec.usage_prompt_tokens, rec.usage_completion_tokens) == (3, 2)
+    assert _timing(plain) == (None,) * 6
+
+
+@pytest.mark.parametrize("comment", [b": server-timing {not json\n\n", b": server-timing [1, 2]\n\n",
+                                     b': server-timing {"queue_ms": "slow"}\n\n',
+                                     b": server-timing \n\n"])
+def test_malformed_server_timing_comment_is_ignored_and_the_request_stays_ok(comment):
+    raw = RawResponse(record=_rec(), chunks=[ROLE + TOK + comment[:9], comment[9:] + DONE],
+                      stamps=[1, 2])
+    rec = finish_record(raw)
+    assert rec.ok and rec.error_class is None
+    assert rec.chunk_ns == [1] and rec.client_output_tokens == 1
+    assert _timing(rec) == (None,) * 6
+
+
+def test_server_timing_header_of_a_whole_response():
+    rec = _rec()
+    body = b'{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}'
+    raw = RawResponse(record=rec, chunks=[body], stamps=[5], is_stream=False,
+                      server_timing=b'arrival_to_queue;dur=0.5, queue;dur=1.25, prefill;dur=3.5, '
+                                    b'first_output;dur=6, decode;dur=40, prefill_steps;desc="2", '
+                                    b'other;dur=9, broken;dur=x')
+    assert finish_record(raw).ok
+    assert _timing(rec) == (0.5, 1.25, 3.5, 2, 6.0, 40.0)

@@ -139,3 +139,25 @@ def test_max_prefill_bs_is_a_window_of_recent_attempts():
         scheduler.add_request(_req(100 + i, max_new=200, ignore_eos=True))
         scheduler.step()
     assert scheduler.policy.max_prefill_bs == 1
+
+
+@pytest.mark.parametrize("overrides", [{}, {"enable_dp_attention": True, "dp_size": 2},
+                                       {"disaggregation_mode": "decode"}])
+def test_finished_requests_carry_their_timing_and_others_none(overrides):
+    scheduler = build_scheduler(_args(max_running_requests=4, **overrides))
+    for i in range(6):
+        scheduler.add_request(_req(i, max_new=5, ignore_eos=True))
+    timings, num_outputs = {}, 0
+    while not scheduler.is_idle:
+        out = scheduler.step()
+        if out is None:
+            continue
+        num_outputs += 1
+        finished = {rid for rid, reason in zip(out.rids, out.finish_reasons, strict=True) if reason}
+        assert set(out.timings or {}) == finished
+        timings.update(out.timings or {})
+    assert sorted(timings) == sorted(f"r{i}" for i in range(6)) and num_outputs > 6
+    steps = 0 if overrides.get("disaggregation_mode") == "decode" else 1
+    for t in timings.values():
+        assert 0 < t.prefill_start <= t.prefill_end <= t.finished
+        assert t.prefill_steps == steps
