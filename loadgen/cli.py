@@ -7,6 +7,7 @@ Argparse lives only here; defaults are read from the config dataclasses.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 
@@ -297,6 +298,7 @@ def _run(argv: list[str]) -> int:
         if args.quiet or not console.is_terminal:
             result = run(cfg, dcfg)
         else:
+            cfg = dataclasses.replace(cfg, live=True)
             with Live(Text("starting..."), console=console, refresh_per_second=4) as live:
                 result = run(cfg, dcfg, LivePanel(cfg, live.update))
     except SetupError as exc:

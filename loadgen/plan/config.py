@@ -79,6 +79,7 @@ class RunConfig:
     server_metrics_url: str | None = None
     server_metrics_interval_s: float = 1.0
     timeline_interval_s: float = 1.0
+    live: bool = False  # workers publish approximate TTFTs for the live panel
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

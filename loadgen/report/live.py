@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 from rich.table import Table
 
 from loadgen.plan.config import RunConfig
@@ -37,13 +38,22 @@ class LivePanel:
         grid = Table.grid(padding=(0, 2))
         grid.add_row("[b]client[/b]", f"in flight {totals['in_flight']:,}", f"done {totals['done']:,}",
                      f"errors {totals['errors']:,}", f"events/s {self.rate:,.0f}",
+                     _ttft(totals.get("ttft_us") or []),
                      f"elapsed {elapsed_s:.1f}s", f"ETA {self.eta_s(totals['done'], elapsed_s):.0f}s")
         if server is not None:
             grid.add_row("[b]server[/b]", _gauge("running", server.get("running")),
                          _gauge("waiting", server.get("waiting")),
                          _gauge("KV use", server.get("kv_usage"), percent=True),
-                         _gauge("preempted", server.get("preemptions")), "", "")
+                         _gauge("preempted", server.get("preemptions")), "", "", "")
         return grid
+
+
+def _ttft(ttft_us: list[int]) -> str:
+    """p50/p99 of the latest TTFTs (each worker's last 256; the first chunk holding content)."""
+    if not ttft_us:
+        return "TTFT -"
+    p50, p99 = np.percentile(ttft_us, [50, 99]) / 1e3
+    return f"TTFT p50 {p50:,.0f} ms  p99 {p99:,.0f} ms"
 
 
 def _gauge(name: str, value: float | None, percent: bool = False) -> str:

@@ -32,7 +32,7 @@ from loadgen.plan.lengths import (
 )
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
 from loadgen.run.client import request_body
-from loadgen.run.worker import NUM_COUNTERS, LiveCount, WorkerPlan, WorkItem, worker_main
+from loadgen.run.worker import NUM_COUNTERS, TTFT_RING, LiveCount, WorkerPlan, WorkItem, worker_main
 
 STOP_GRACE_S = 10.0
 START_DELAY_NS = 20_000_000
@@ -185,7 +185,17 @@ class _Pool:
 
     def totals(self) -> dict[str, int]:
         c = list(self.counters)
-        return {slot.name.lower(): sum(c[slot::NUM_COUNTERS]) for slot in LiveCount}
+        totals = {slot.name.lower(): sum(c[slot::NUM_COUNTERS]) for slot in LiveCount}
+        totals["ttft_us"] = self.live_ttfts(c)
+        return totals
+
+    def live_ttfts(self, c: list[int]) -> list[int]:
+        """Every worker's latest live TTFTs in µs (empty unless `cfg.live`)."""
+        out = []
+        for base in range(0, len(c), NUM_COUNTERS):
+            written = min(c[base + LiveCount.TTFT_WRITTEN], TTFT_RING)
+            out += c[base + len(LiveCount):base + len(LiveCount) + written]
+        return out
 
     def poll(self, timeout: float) -> None:
         """Collect any finished worker's result (waits at most `timeout`)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import re
 import resource
 import signal
 import time
@@ -35,9 +36,14 @@ class LiveCount(IntEnum):
     IN_FLIGHT = 1
     ERRORS = 2
     CHUNKS = 3
+    TTFT_WRITTEN = 4  # live TTFTs written so far into the ring that follows the counters
 
 
-NUM_COUNTERS = len(LiveCount)
+#: Each worker's slots: the counters, then a ring of its latest live TTFTs (µs; only with `cfg.live`).
+TTFT_RING = 256
+NUM_COUNTERS = len(LiveCount) + TTFT_RING
+#: The first non-empty content (chat) or text (completions) in a chunk of SSE bytes.
+_FIRST_CONTENT = re.compile(rb'"(?:content|text)":"[^"]')
 
 
 @dataclass(frozen=True)
@@ -180,12 +186,26 @@ class _Worker:
         c[self.base + LiveCount.DONE] += 1
         c[self.base + LiveCount.ERRORS] += raw.record.error_class is not None
         c[self.base + LiveCount.CHUNKS] += len(raw.chunks)
+        if self.cfg.live and raw.record.error_class is None:
+            self._live_ttft(raw)
         size = sum(len(x) for x in raw.chunks)
         if self.raw_bytes + size > MAX_RAW_BYTES:
             self.records.append(finish_record(raw))
         else:
             self.raw_bytes += size
             self.raws.append(raw)
+
+    def _live_ttft(self, raw: RawResponse) -> None:
+        """Publish an approximate TTFT for the live panel: the stamp of the first chunk holding
+        content (the exact one comes from the parse after the run)."""
+        rec = raw.record
+        origin = rec.intended_ns if self.cfg.is_rate_mode else rec.start_ns
+        for chunk, stamp in zip(raw.chunks[:8], raw.stamps, strict=False):
+            if _FIRST_CONTENT.search(chunk):
+                c, written = self.counters, self.counters[self.base + LiveCount.TTFT_WRITTEN]
+                c[self.base + len(LiveCount) + written % TTFT_RING] = (stamp - origin) // 1000
+                c[self.base + LiveCount.TTFT_WRITTEN] = written + 1
+                return
 
     async def _drain(self) -> None:
         while self.tasks:
