@@ -37,7 +37,7 @@ def _loadgen(*args: str) -> subprocess.CompletedProcess:
 
 def _chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=180)
 
 
 def _quantiles(scale: float) -> dict:
