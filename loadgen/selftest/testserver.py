@@ -12,7 +12,10 @@ event), "hang" (never answers: the client's timeout fires), and three valid but 
 Content-Length or chunking: the body ends when the server closes), "endless" (64 KB events until
 the client gives up); `loadgen/selftest/hostile.py` adds hostile ones (endless headers, 1xx heads, odd SSE).
 `/tokenize` and `/detokenize` follow vLLM's shapes with a byte-level tokenizer (one token per UTF-8 byte, id = the byte). `/stats` returns the true per-request
-TTFT and mean gap measured at the moment of writing. Binds to 127.0.0.1 only.
+TTFT and mean gap measured at the moment of writing. With `--metrics vllm|sglang` it serves
+`/metrics` with known series (SCRIPTED_*); a streamed request carrying `x-server-timing` gets the
+reference server's `: server-timing` comment with SCRIPTED_TIMING's spans and its true TTFT as
+first_output_ms. Binds to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ _SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-enc
 _CLOSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 _BIG_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 65536 + b'"}}]}\n\n'
 MAX_MODEL_LEN = 32768
+#: The scripted per-request timing (a streamed request with `x-server-timing`): these spans, and
+#: first_output_ms = the true TTFT as written.
+SCRIPTED_TIMING = {"arrival_to_queue_ms": 0.5, "queue_ms": 2.0, "prefill_ms": 3.0, "prefill_steps": 1}
 #: The scripted /metrics: running = streams open now, tokens and TTFT/ITL sums = the truth so far,
 #: and these constants.
 SCRIPTED_WAITING, SCRIPTED_KV_USAGE, SCRIPTED_PREEMPTIONS = 3, 0.25, 7
@@ -110,6 +116,7 @@ class _Handler(asyncio.Protocol):
         self._url = b""
         self._body: list[bytes] = []
         self._headers: dict[str, str] = {}
+        self.asks_timing = False
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport) -> None:
@@ -140,6 +147,7 @@ class _Handler(asyncio.Protocol):
         path = url.split(b"?")[0]
         if path in (b"/v1/chat/completions", b"/v1/completions"):
             self._server.last_request = {"headers": self._headers, "body": msgspec.json.decode(body)}
+        self.asks_timing = "x-server-timing" in self._headers
         self._headers = {}
         self._server._route(self, path, body)
 
@@ -292,6 +300,7 @@ class _Stream:
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
         self.last_ns = 0
+        self.first_ns = arrived
         self.pending = b""
         loop = asyncio.get_running_loop()
         self.t0 = loop.time() + server.script.ttft_ms / 1e3
@@ -324,6 +333,7 @@ class _Stream:
         now = time.perf_counter_ns()
         truth = self.server.truth
         truth.ttft_ns.append(now - self.arrived)
+        self.first_ns = now
         truth.num_gaps += self.n - 1
         self.sent = self.n
         self._finish(payload * self.n)
@@ -340,6 +350,7 @@ class _Stream:
         truth = self.server.truth
         if self.sent == 0:
             truth.ttft_ns.append(now - self.arrived)
+            self.first_ns = now
         else:
             truth.gap_ns_sum += now - self.last_ns
             truth.num_gaps += 1
@@ -371,8 +382,17 @@ class _Stream:
             usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
                      "total_tokens": self.prompt_tokens + self.n}
             out.append(b"data: " + msgspec.json.encode({"id": "c", "choices": [], "usage": usage}) + b"\n\n")
+        if self.conn.asks_timing:
+            out.append(self._timing_comment())
         out.append(_DONE)
         self._send(b"".join(out), is_last=True)
+
+
+    def _timing_comment(self) -> bytes:
+        first = (self.first_ns - self.arrived) / 1e6
+        decode = (time.perf_counter_ns() - self.first_ns) / 1e6
+        fields = {**SCRIPTED_TIMING, "first_output_ms": first, "decode_ms": decode}
+        return b": server-timing " + msgspec.json.encode(fields) + b"\n\n"
 
 
 def _endless(conn: _Handler) -> None:

@@ -71,8 +71,9 @@ def test_live_ttfts_come_from_the_first_content_chunk(start_server):
     live = seen[-1] if seen else []
     exact = sorted((r.first_token_ns - r.start_ns) // 1000 for r in result.records)
     # The last progress call may come before the last requests finished: every live TTFT is one
-    # of the exact ones (the same stamp), never a role-only chunk's earlier one.
-    assert live and set(live) <= set(exact) and min(live) >= 30_000
+    # of the exact ones (the same stamp), never the role-only chunk's, written at once (~0 ms; the
+    # scripted 30 ms may come up to a timer tick early).
+    assert live and set(live) <= set(exact) and min(live) >= 20_000
 
 
 def test_the_panel_renders_the_servers_gauges():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.selftest.testserver import SCRIPTED_TIMING
+
 CHROMIUM_INSTALL = "apt-get update && apt-get install -y chromium"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run")
@@ -191,4 +193,4 @@ def test_csv_has_one_row_per_request(start_server, tmp_path):
     assert len(rows) == 8 and sorted(int(r["index"]) for r in rows) == list(range(8))
     assert all(r["ok"] == "True" and float(r["ttft_ms"]) > 0 and float(r["e2e_ms"]) >= float(r["ttft_ms"])
                for r in rows)
-    assert all(r["server_queue_ms"] == "" for r in rows)  # the records carry no server timings yet
+    assert all(float(r["server_queue_ms"]) == SCRIPTED_TIMING["queue_ms"] for r in rows)  # scripted timing

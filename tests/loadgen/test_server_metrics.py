@@ -12,7 +12,12 @@ import pytest
 from loadgen.cli import main
 from loadgen.measure.prometheus import parse
 from loadgen.measure.server_metrics import dialect, read_histograms, read_series, server_vs_client
-from loadgen.selftest.testserver import SCRIPTED_KV_USAGE, SCRIPTED_PREEMPTIONS, SCRIPTED_WAITING
+from loadgen.selftest.testserver import (
+    SCRIPTED_KV_USAGE,
+    SCRIPTED_PREEMPTIONS,
+    SCRIPTED_TIMING,
+    SCRIPTED_WAITING,
+)
 from reference_impl.messages import SchedulerStats
 from reference_impl.server.metrics import ServerMetrics
 
@@ -189,3 +194,24 @@ def test_no_server_metrics_scrapes_nothing(start_server, tmp_path):
     server = start_server("--ttft-ms", "2", "--gap-ms", "1", "--metrics", "vllm")
     data = _run(server.base_url, tmp_path, "--no-server-metrics")
     assert data["server_metrics"] == {"status": "off"} and "server_vs_client" not in data["summary"]
+
+
+def test_the_ttft_split_from_scripted_server_timing(start_server, tmp_path):
+    server = start_server("--ttft-ms", "25", "--gap-ms", "5", "--num-tokens", "4")
+    out = tmp_path / "r.json"
+    assert main(["--base-url", server.base_url, "--quiet", "--concurrency", "3", "--num-prompts", "9",
+                 "--random-input-len", "8", "--random-output-len", "4", "--output", str(out),
+                 "--records", str(tmp_path / "r.jsonl")]) == 0
+    split = json.loads(out.read_text())["summary"]["ttft_split"]
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    truth_ms = server.stats()["ttft_ms"]
+    assert split["requests"] == 9
+    # The server's spans are the scripted ones, exactly; its first output is its true TTFT.
+    for part, key in (("queue", "queue_ms"), ("prefill", "prefill_ms")):
+        assert split["mean_ms"][part] == split["p99_ms"][part] == SCRIPTED_TIMING[key]
+    assert split["mean_ms"]["server_other"] == pytest.approx(sum(truth_ms) / 9 - 5.0, abs=1e-9)
+    assert split["mean_ms"]["decode"] == 0.0
+    # client/network is what the client saw beyond the server's first output, request by request.
+    client = [r["ttft_ms"] - r["server_first_output_ms"] for r in rows]
+    assert split["mean_ms"]["client_network"] == pytest.approx(sum(client) / 9, abs=1e-9)
+    assert all(c > 0 for c in client)
