@@ -2,8 +2,9 @@
 
     python scripts/loadgen_overhead.py [--concurrency 2048 --num-prompts 4096 --pairs 3]
 
-Starts the reference server (default form) with its HTTP process pinned to the last core, then
-runs loadgen pinned to the other cores, alternating `--no-server-metrics` ("without") and the
+Starts the reference server (default form) with all its processes pinned to the last core, then
+runs loadgen pinned to the other cores (so the client has its cores to itself and is not flagged
+client-bound), alternating `--no-server-metrics` ("without") and the
 default ("with": scraping every second), `--pairs` times. Each run's CPU is the whole loadgen
 process tree's (parent and workers, from the rusage of the reaped child), divided by the content
 events the workers read. The timeline and CDFs are computed after the run in both arms; their cost
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import sys
@@ -23,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import Load, run_loadgen  # noqa: E402
-from reference_impl.placement import Placement  # noqa: E402
+from reference_impl.placement import pin  # noqa: E402
 from reference_impl.subprocess_server import ServerProcess  # noqa: E402
 
 ARMS = {"without": ("--no-server-metrics",), "with": ()}
@@ -34,11 +36,12 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_run(url: str, load: Load, arm: str, placement: Placement, out: Path) -> dict:
+def one_run(url: str, load: Load, arm: str, client_cpus: set[int], out: Path) -> dict:
     """One loadgen run in `arm`; its tree CPU per event and what the parent spent on the extras."""
     before = _children_cpu_s()
-    result = run_loadgen(url, load, out, workers=str(len(placement.other_cpus)),
-                         flags=("--no-server-tokenize", *ARMS[arm]), preexec_fn=placement.client_preexec())
+    result = run_loadgen(url, load, out, workers=str(len(client_cpus)),
+                         flags=("--no-server-tokenize", *ARMS[arm]),
+                         preexec_fn=lambda: os.sched_setaffinity(0, client_cpus))
     tree_cpu_s = _children_cpu_s() - before
     health = result["summary"]["client_health"]
     events = sum(w["num_events"] for w in health["workers"])
@@ -70,18 +73,20 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--output", type=Path, default=None, help="write every run and the summary as JSON")
     args = p.parse_args()
-    placement = Placement.parse("pinned")
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus, client_cpus = {cpus[-1]}, set(cpus[:-1])
     load = Load(args.concurrency, args.num_prompts, args.input_len, args.output_len)
     with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(log_path=f"{tmp}/server.log", placement=placement)
+        server = ServerProcess(log_path=f"{tmp}/server.log")
         try:
             server.wait_ready()
             server.warm_up()
-            server.pin()
+            for pid in (server.proc.pid, *server.child_pids().values()):
+                pin(pid, server_cpus)
             rows = []
             for k in range(args.pairs):
                 for arm in (("without", "with") if k % 2 == 0 else ("with", "without")):
-                    rows.append(one_run(server.url, load, arm, placement, Path(tmp) / f"{arm}{k}.json"))
+                    rows.append(one_run(server.url, load, arm, client_cpus, Path(tmp) / f"{arm}{k}.json"))
                     print(json.dumps(rows[-1]), flush=True)
         finally:
             server.stop()
