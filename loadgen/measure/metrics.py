@@ -235,15 +235,17 @@ def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[
             "max_send_lag_ms": float(lag.max())}
 
 
-def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerHealth]) -> dict:
-    """The run's summary dict (the `summary` block of the JSON output)."""
+def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerHealth],
+              lat: dict[str, list[float]] | None = None) -> dict:
+    """The run's summary dict (the `summary` block of the JSON output); `lat`: the successful
+    records' `latencies`, when the caller already has them."""
     ok = [r for r in records if r.ok]
     if records:
         t0 = min(r.intended_ns for r in records)
         duration_s = (max(r.end_ns for r in records) - t0) / 1e9
     else:
         t0, duration_s = 0, 0.0
-    lat = latencies(cfg, ok)
+    lat = dict(lat) if lat is not None else latencies(cfg, ok)
     lat["send_lag"] = [(r.start_ns - r.intended_ns) / 1e6 for r in records]
     n_in = sum(input_tokens(r) for r in ok)
     n_out = sum(output_tokens(r) for r in ok)

@@ -60,6 +60,25 @@ SERIES = ("running", "waiting", "kv_usage", "preemptions", "generation_tokens", 
           "decode_steps", "engine_steps")
 
 
+def wanted_names(kind: str) -> frozenset[str]:
+    """Every sample name the series and histogram means of `kind` read (buckets are not read)."""
+    names = {name for candidates in DIALECTS[kind].values() for name in candidates}
+    for candidates in HISTOGRAMS[kind].values():
+        names |= {base + suffix for base in candidates for suffix in ("_sum", "_count")}
+    return frozenset(names)
+
+
+def only(text: str, names: frozenset[str]) -> str:
+    """The sample lines of `names` (comments dropped): the parser then reads a few lines, not the
+    whole exposition with its histogram buckets. Sample names stay as they were."""
+    keep = []
+    for line in text.splitlines():
+        end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
+        if end > 0 and line[:end] in names:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
 def dialect(metrics: Metrics) -> str | None:
     """Which server wrote these metrics: the dialect whose prefix most names carry."""
     counts = {d: sum(name.startswith(d + ":") for name, _ in metrics.samples) for d in DIALECTS}
@@ -121,6 +140,7 @@ class Scraper:
         self.first: _Scrape | None = None
         self.last: _Scrape | None = None
         self.kind: str | None = None
+        self.names: frozenset[str] | None = None
         self.status = "not started"
         self.failures = 0
         self.thread_cpu_s = 0.0
@@ -140,6 +160,7 @@ class Scraper:
             self.status = f"unavailable: {self.url} lists no vllm:, sglang: or reference: metrics"
             self.client.close()
             return self.status
+        self.names = wanted_names(self.kind)
         self.first = first
         self._keep(first)
         self.status = "ok"
@@ -156,7 +177,8 @@ class Scraper:
         kwargs = {} if timeout is None else {"timeout": timeout}
         response = self.client.get(self.url, **kwargs)
         response.raise_for_status()
-        return _Scrape(time.perf_counter_ns(), parse(response.text))
+        text = response.text if self.names is None else only(response.text, self.names)
+        return _Scrape(time.perf_counter_ns(), parse(text))
 
     def _keep(self, scrape: _Scrape) -> None:
         self.last = scrape

@@ -36,14 +36,15 @@ def _by_bucket(index: np.ndarray, values: np.ndarray, num: int) -> list[np.ndarr
 
 
 def _in_flight(starts: np.ndarray, ends: np.ndarray, num: int, step: int) -> np.ndarray:
-    """Mean requests in flight per bucket: each request's overlap with the bucket, summed."""
-    edges = np.arange(num + 1, dtype=np.int64) * step
-    out = np.zeros(num)
-    for lo, hi in zip(starts, ends, strict=True):
-        first, last = int(lo // step), min(int(hi // step), num - 1)
-        overlap = np.minimum(hi, edges[first + 1:last + 2]) - np.maximum(lo, edges[first:last + 1])
-        out[first:last + 1] += np.maximum(overlap, 0) / step
-    return out
+    """Mean requests in flight per bucket: the integral of the in-flight count over each bucket
+    (piecewise linear between starts and ends, so exact at the bucket edges), over its width."""
+    times = np.concatenate([starts, ends])
+    deltas = np.concatenate([np.ones(starts.size), -np.ones(ends.size)])
+    order = np.argsort(times, kind="stable")
+    times, count = times[order], np.cumsum(deltas[order])
+    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(times))])
+    edges = np.arange(num + 1, dtype=np.float64) * step
+    return np.diff(np.interp(edges, times, area)) / step
 
 
 class _Stamps:
@@ -135,13 +136,13 @@ def timeline(cfg: RunConfig, records: list[RequestRecord], interval_s: float = 1
             "steady_state": steady_state(cfg, records, buckets, t0, step)}
 
 
-def cdf(cfg: RunConfig, records: list[RequestRecord]) -> dict:
-    """`[percentile, value]` points of each latency's distribution, for CDF plots."""
-    lat = latencies(cfg, [r for r in records if r.ok])
+def cdf(cfg: RunConfig, records: list[RequestRecord], lat: dict[str, list[float]] | None = None) -> dict:
+    """`[percentile, value]` points of each latency's distribution, for CDF plots; `lat`: the
+    successful records' `latencies`, when the caller already has them."""
+    lat = lat if lat is not None else latencies(cfg, [r for r in records if r.ok])
     out = {}
     for name in ("ttft", "itl", "tpot", "e2e_latency"):
         arr = np.asarray(lat[name], dtype=np.float64)
         values = np.percentile(arr, CDF_PERCENTILES) if arr.size else []
         out[f"{name}_ms"] = [[float(p), float(v)] for p, v in zip(CDF_PERCENTILES, values, strict=False)]
     return out
-

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import httpx
 import msgspec
 
-from loadgen.measure.metrics import summarize
+from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.measure.server_metrics import Scraper, server_vs_client
 from loadgen.measure.timeline import cdf, timeline
@@ -253,7 +253,8 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
         print(f"loadgen: {lost} of {len(pool.procs)} worker process(es) died without a result (see "
               "the error above); their requests are missing from the results", file=sys.stderr)
     records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
-    summary = summarize(cfg, records, [r.health for r in results])
+    lat = latencies(cfg, [r for r in records if r.ok])
+    summary = summarize(cfg, records, [r.health for r in results], lat)
     interrupted = interrupted or any(r.interrupted for r in results)
     info = {"input_lengths": source, "length_convention": dcfg.convention}
     if with_chat_template(cfg, [], tokenizer)[1]:
@@ -264,7 +265,7 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
     if (versus := server_vs_client(server, summary)) is not None:
         summary["server_vs_client"] = versus
     cpu_start = time.process_time()
-    tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records)
+    tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)
     tl["cpu_s"] = time.process_time() - cpu_start  # the parent's CPU for the timeline and CDFs
     return RunResult(cfg, model, records, summary, interrupted, info, lost, tl, points, server)
 

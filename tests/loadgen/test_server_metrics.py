@@ -11,7 +11,14 @@ import pytest
 
 from loadgen.cli import main
 from loadgen.measure.prometheus import parse
-from loadgen.measure.server_metrics import dialect, read_histograms, read_series, server_vs_client
+from loadgen.measure.server_metrics import (
+    dialect,
+    only,
+    read_histograms,
+    read_series,
+    server_vs_client,
+    wanted_names,
+)
 from loadgen.selftest.testserver import (
     SCRIPTED_KV_USAGE,
     SCRIPTED_PREEMPTIONS,
@@ -215,3 +222,11 @@ def test_the_ttft_split_from_scripted_server_timing(start_server, tmp_path):
     client = [r["ttft_ms"] - r["server_first_output_ms"] for r in rows]
     assert split["mean_ms"]["client_network"] == pytest.approx(sum(client) / 9, abs=1e-9)
     assert all(c > 0 for c in client)
+
+
+@pytest.mark.parametrize("text, kind", [(VLLM, "vllm"), (VLLM_V0, "vllm"), (SGLANG, "sglang")])
+def test_reading_only_the_wanted_lines_reads_the_same(text, kind):
+    full, few = parse(text), parse(only(text, wanted_names(kind)))
+    assert len(few) <= len(full)
+    assert read_series(few, kind) == read_series(full, kind)
+    assert read_histograms(few, kind) == read_histograms(full, kind)
