@@ -135,9 +135,10 @@ def test_unknown_metrics_have_no_dialect():
 
 def test_server_vs_client_notes_only_past_the_margin():
     block = {"dialect": "vllm", "run": {"mean_ttft_ms": 50.0, "mean_itl_ms": 10.1, "generation_tokens": 100}}
-    summary = {"mean_ttft_ms": 60.0, "mean_itl_ms": 10.0, "total_output_tokens": 100}
+    summary = {"mean_ttft_ms": 60.0, "mean_tpot_ms": 10.0, "mean_itl_ms": 99.0, "total_output_tokens": 100}
     out = server_vs_client(block, summary)
-    assert [r["name"] for r in out["rows"]] == ["mean TTFT (ms)", "mean ITL (ms)", "output tokens"]
+    assert [r["name"] for r in out["rows"]] == ["mean TTFT (ms)", "mean ITL, server / TPOT, client (ms)",
+                                                "output tokens"]
     assert len(out["notes"]) == 1 and out["notes"][0].startswith("mean TTFT (ms): server 50.00 vs client 60.00")
 
 
