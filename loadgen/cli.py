@@ -16,7 +16,15 @@ from rich.live import Live
 from rich.text import Text
 
 from loadgen import argtypes as at
-from loadgen.plan.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
+from loadgen.plan.config import (
+    BACKEND_ALIASES,
+    DATASETS,
+    SLO,
+    TRACE_DATASETS,
+    TRANSPORTS,
+    RunConfig,
+    auto_workers,
+)
 from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
@@ -91,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--extra-request-body", type=at.json_object, default={}, help="JSON object merged into every request body")
     a("--header", type=at.header, action="append", default=[], help="'Name: value', repeatable")
     a("--dataset", "--dataset-name", dest="dataset", choices=DATASETS, default=_DC.name)
-    a("--dataset-path", type=at.existing_file, default=None, help="ShareGPT-format JSON file")
+    a("--dataset-path", type=at.existing_file, default=None,
+      help="the dataset's file: ShareGPT JSON (sharegpt, multi-turn), JSONL (custom, mooncake), CSV (burstgpt)")
     a("--random-input-len", type=pos_int, default=_DC.random_input_len)
     a("--random-output-len", type=pos_int, default=None, help="default 1024 (sglang) or 128 (vllm)")
     a("--random-range-ratio", type=at.fraction, default=_DC.random_range_ratio,
@@ -123,8 +132,28 @@ def build_parser() -> argparse.ArgumentParser:
       help="seconds between scrapes (default 1)")
     a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
       help="width of the timeline's intervals in seconds (default 1)")
+    _add_workload_flags(p)
     _add_compat_flags(p)
     return p
+
+
+def _add_workload_flags(p: argparse.ArgumentParser) -> None:
+    """Trace replay (mooncake, burstgpt) and multi-turn sessions (see loadgen/README.md, "Workloads")."""
+    g = p.add_argument_group("trace replay and multi-turn sessions")
+    a = g.add_argument
+    a("--trace-speedup", "--fixed-schedule-speedup", type=at.positive_float(), default=_RC.trace_speedup,
+      help="replay: send at the trace's times divided by this (2: twice as fast)")
+    a("--block-size", "--mooncake-block-size", type=at.int_at_least(1), default=_DC.block_size,
+      help="mooncake: tokens per hash id (default 512, as the Mooncake traces)")
+    a("--multi-turn-num-turns", "--multi-turn-turns", type=at.int_at_least(1), default=None,
+      help="multi-turn: turns per session (default 3; with --dataset-path: at most this many human turns)")
+    a("--multi-turn-user-len", type=at.int_at_least(1), default=_DC.multi_turn_user_len,
+      help="multi-turn: tokens per synthetic user turn")
+    think = g.add_mutually_exclusive_group()
+    think.add_argument("--multi-turn-think-time", type=at.nonneg_float, default=None, metavar="S",
+                       help="multi-turn: seconds between a turn's answer and the next turn (default 0)")
+    think.add_argument("--multi-turn-delay-ms", type=at.nonneg_float, default=None, metavar="MS",
+                       help="the same in milliseconds (vLLM's name)")
 
 
 def _add_compat_flags(p: argparse.ArgumentParser) -> None:
@@ -171,9 +200,12 @@ def _add_compat_flags(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig]:
     """The frozen configs from parsed flags (ValueError on an incompatible combination)."""
     workers = auto_workers(args.concurrency) if args.workers == "auto" else args.workers
+    replay = (args.dataset in TRACE_DATASETS and math.isinf(args.request_rate)
+              and args.ramp_up_strategy is None)
     num_prompts = args.num_prompts
-    if num_prompts is None and args.duration is None:
+    if num_prompts is None and args.duration is None and not replay:
         num_prompts = 1000
+    _check_workload_flags(args)
     defaults = CONVENTION_DEFAULTS[args.flags_from]
     seed = defaults["seed"] if args.seed is None else args.seed
     backend = BACKEND_ALIASES[args.backend]
@@ -195,9 +227,11 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         ramp_up_end_rps=args.ramp_up_end_rps, continuous_usage=args.continuous_usage,
         server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
+        replay_trace=replay, trace_speedup=args.trace_speedup,
     )
     dcfg = DatasetConfig(
-        name=args.dataset, num_prompts=num_prompts or 1, random_input_len=args.random_input_len,
+        name=args.dataset, num_prompts=None if replay else num_prompts or 1,
+        random_input_len=args.random_input_len,
         random_output_len=args.random_output_len or defaults["random_output_len"],
         random_range_ratio=args.random_range_ratio, dataset_path=args.dataset_path,
         sharegpt_output_len=args.sharegpt_output_len, shared_prefix_groups=args.shared_prefix_groups,
@@ -205,9 +239,25 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         use_server_tokenize=not args.no_server_tokenize, seed=seed, convention=args.flags_from,
         random_prefix_len=args.random_prefix_len,
         custom_output_len=None if args.custom_output_len == -1 else args.custom_output_len,
-        disable_shuffle=args.disable_shuffle,
+        disable_shuffle=args.disable_shuffle, block_size=args.block_size, trace_timestamps=replay,
+        multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
+        multi_turn_think_time_s=_think_time_s(args),
     )
     return cfg, dcfg
+
+
+def _think_time_s(args: argparse.Namespace) -> float:
+    if args.multi_turn_delay_ms is not None:
+        return args.multi_turn_delay_ms / 1e3
+    return args.multi_turn_think_time or 0.0
+
+
+def _check_workload_flags(args: argparse.Namespace) -> None:
+    """Combinations the trace and session modes cannot run (ValueError: a usage error)."""
+    if args.dataset == "multi-turn" and args.duration is not None:
+        raise ValueError("--dataset multi-turn counts sessions: give --num-prompts, not --duration")
+    if args.trace_speedup != RunConfig.trace_speedup and args.dataset not in TRACE_DATASETS:
+        raise ValueError("--trace-speedup applies to --dataset mooncake or burstgpt")
 
 
 def _base_url(args: argparse.Namespace) -> str:

@@ -125,6 +125,27 @@ def ttft_split(cfg: RunConfig, ok: list[RequestRecord]) -> dict | None:
             "p99_ms": {name: float(np.percentile(a, 99)) for name, a in arrays.items()}}
 
 
+def per_turn(cfg: RunConfig, records: list[RequestRecord]) -> list[dict] | None:
+    """Multi-turn sessions: per turn number (1-based), the requests, failures, TTFT mean/p50/p99 of the
+    successful ones and their mean input tokens (server usage, else the dataset's); None without turns."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn is not None:
+            turns.setdefault(r.turn, []).append(r)
+    if not turns:
+        return None
+    rows = []
+    for turn in sorted(turns):
+        ok = [r for r in turns[turn] if r.ok]
+        ttft = np.asarray([(r.first_token_ns - origin_ns(cfg, r)) / 1e6 for r in ok if r.first_token_ns is not None])
+        mean, p50, p99 = (float(ttft.mean()), *map(float, np.percentile(ttft, [50, 99]))) if ttft.size \
+            else (None, None, None)
+        rows.append({"turn": turn + 1, "count": len(ok), "failed": len(turns[turn]) - len(ok),
+                     "mean_ttft_ms": mean, "p50_ttft_ms": p50, "p99_ttft_ms": p99,
+                     "mean_input_tokens": float(np.mean([input_tokens(r) for r in ok])) if ok else None})
+    return rows
+
+
 def _peaks(records: list[RequestRecord], t0: int) -> dict:
     ok = [r for r in records if r.ok]
     times = np.concatenate([np.asarray(r.chunk_ns, dtype=np.int64) for r in ok]) if ok else np.zeros(0)
@@ -278,6 +299,8 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         summary.update(_dist(name, lat[name], cfg.percentiles))
     if (split := ttft_split(cfg, ok)) is not None:
         summary["ttft_split"] = split
+    if (turns := per_turn(cfg, records)) is not None:
+        summary["per_turn"] = turns
     summary["errors"] = _errors(records)
     summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok))
     summary["client_bound"] = summary["client_health"]["client_bound"]

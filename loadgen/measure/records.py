@@ -35,6 +35,9 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     server_prefill_steps: int | None = None
     server_first_output_ms: float | None = None
     server_decode_ms: float | None = None
+    # Multi-turn sessions (`--dataset multi-turn`): the session's index and this request's turn (0-based).
+    session: int | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 BACKENDS = ("openai-chat", "openai-completions")
-DATASETS = ("random", "random-ids", "sharegpt", "shared-prefix", "custom", "burstgpt")
+DATASETS = ("random", "random-ids", "sharegpt", "shared-prefix", "custom", "burstgpt", "mooncake", "multi-turn")
+#: Datasets with arrival times: replayed at them unless --request-rate (or a ramp) is given.
+TRACE_DATASETS = ("mooncake", "burstgpt")
 # vLLM's and SGLang's names for the two OpenAI-compatible backends loadgen speaks.
 BACKEND_ALIASES = {"vllm": "openai-completions", "openai": "openai-completions",
                    "sglang-oai": "openai-completions", "vllm-chat": "openai-chat",
@@ -80,6 +82,8 @@ class RunConfig:
     server_metrics_interval_s: float = 1.0
     timeline_interval_s: float = 1.0
     live: bool = False  # workers publish approximate TTFTs for the live panel
+    replay_trace: bool = False  # send each request at its dataset timestamp (Prompt.arrival_s)
+    trace_speedup: float = 1.0  # replay offsets are the trace's times / this
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -92,8 +96,12 @@ class RunConfig:
             raise ValueError("request_rate must be > 0")
         if self.concurrency is None and not self.is_rate_mode:
             raise ValueError("give --concurrency, --request-rate or both")
-        if self.num_prompts is None and self.duration_s is None:
+        if self.num_prompts is None and self.duration_s is None and not self.replay_trace:
             raise ValueError("give --num-prompts or --duration")
+        if self.trace_speedup <= 0 or math.isinf(self.trace_speedup):
+            raise ValueError("--trace-speedup must be > 0 and finite")
+        if self.replay_trace and (not math.isinf(self.request_rate) or self.ramp_up_strategy is not None):
+            raise ValueError("trace replay sends at the trace's times: --request-rate and ramps do not apply")
         if self.burstiness <= 0:
             raise ValueError("burstiness must be > 0")
         if self.workers < 1 or self.warmup < 0 or self.timeout_s <= 0:
@@ -149,7 +157,8 @@ class RunConfig:
 
     @property
     def is_rate_mode(self) -> bool:
-        return not math.isinf(self.request_rate) or self.ramp_up_strategy is not None
+        """Requests have intended send times (a rate, a ramp or a replayed trace): latencies start there."""
+        return not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace
 
     @property
     def endpoint(self) -> str:

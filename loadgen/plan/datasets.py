@@ -41,6 +41,7 @@ class Prompt:
     input_len: int
     output_len: int
     is_exact_input_len: bool
+    arrival_s: float | None = None  # a trace's arrival time, seconds after its first request
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,11 @@ class DatasetConfig:
     random_prefix_len: int = 0
     custom_output_len: int | None = None
     disable_shuffle: bool = False
+    block_size: int = 512  # tokens per mooncake hash id
+    trace_timestamps: bool = False  # keep the trace's order and times (replay)
+    multi_turn_num_turns: int | None = None  # None: 3 synthetic turns, every human turn of a file
+    multi_turn_user_len: int = 128
+    multi_turn_think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -72,12 +78,18 @@ class DatasetConfig:
         if not 0.0 <= self.random_range_ratio <= top:
             raise ValueError(f"random_range_ratio must be in [0, 1{']' if top == 1.0 else ')'} "
                              f"({self.convention} convention)")
-        if self.name in ("sharegpt", "custom", "burstgpt") and not self.dataset_path:
+        if self.name in ("sharegpt", "custom", "burstgpt", "mooncake") and not self.dataset_path:
             raise ValueError(f"--dataset {self.name} needs --dataset-path")
         if self.random_prefix_len < 0 or (self.custom_output_len is not None and self.custom_output_len < 1):
             raise ValueError("random_prefix_len must be >= 0 and custom_output_len >= 1")
-        if self.num_prompts < 1 or self.random_input_len < 1 or self.random_output_len < 1:
+        if (self.num_prompts is not None and self.num_prompts < 1) or self.random_input_len < 1 \
+                or self.random_output_len < 1:
             raise ValueError("num_prompts and random lengths must be >= 1")
+        turns_bad = self.multi_turn_num_turns is not None and self.multi_turn_num_turns < 1
+        if self.block_size < 1 or turns_bad or self.multi_turn_user_len < 1:
+            raise ValueError("block_size, multi_turn_num_turns and multi_turn_user_len must be >= 1")
+        if self.multi_turn_think_time_s < 0:
+            raise ValueError("multi_turn_think_time_s must be >= 0")
 
 
 def length_range(length: int, ratio: float, convention: str = "sglang") -> tuple[int, int]:
@@ -122,6 +134,11 @@ def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
         return _custom(cfg, rng, tokenizer)
     if cfg.name == "burstgpt":
         return _burstgpt(cfg, rng, tokenizer)
+    if cfg.name == "mooncake":
+        # NOTE: imported here: traces.py uses this module's helpers.
+        from loadgen.plan.traces import mooncake_prompts
+
+        return mooncake_prompts(cfg, tokenizer)
     raise ValueError(f"unknown dataset {cfg.name!r}")
 
 
@@ -243,16 +260,25 @@ def _custom(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
 
 
 def _burstgpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
-    """BurstGPT's CSV as vLLM reads it: GPT-4 rows with a response, their request/response token counts."""
+    """BurstGPT's CSV as vLLM reads it: GPT-4 rows with a response, their request/response token counts.
+
+    With `trace_timestamps` (replay, as AIPerf) the first rows in time order, each with its
+    `Timestamp` (seconds) relative to the first; else rows sampled as vLLM samples them."""
     with open(cfg.dataset_path, encoding="utf-8", newline="") as f:
         rows = [r for r in csv.DictReader(f)
                 if r.get("Model") == BURSTGPT_MODEL and int(float(r.get("Response tokens") or 0)) > 0]
     if not rows:
         raise ValueError(f"no {BURSTGPT_MODEL} rows with response tokens in {cfg.dataset_path}")
-    # NOTE: as vLLM: without replacement when the file has enough rows, with replacement otherwise.
-    n = cfg.num_prompts
-    picked = rng.sample(rows, n) if n <= len(rows) else [rows[rng.randrange(len(rows))] for _ in range(n)]
+    n = cfg.num_prompts or len(rows)
+    if cfg.trace_timestamps:
+        picked = sorted(rows, key=lambda r: float(r["Timestamp"]))[:n]
+        first = float(picked[0]["Timestamp"])
+        arrivals = [float(r["Timestamp"]) - first for r in picked]
+    else:
+        # NOTE: as vLLM: without replacement when the file has enough rows, with replacement otherwise.
+        picked = rng.sample(rows, n) if n <= len(rows) else [rows[rng.randrange(len(rows))] for _ in range(n)]
+        arrivals = [None] * len(picked)
     ins = [max(int(float(r["Request tokens"])), 1) for r in picked]
     texts = _texts_of_len(rng, ins, tokenizer)
-    return [Prompt(text, n, int(float(r["Response tokens"])), exact)
-            for (text, n, exact), r in zip(texts, picked, strict=True)]
+    return [Prompt(text, n, int(float(r["Response tokens"])), exact, at)
+            for (text, n, exact), r, at in zip(texts, picked, arrivals, strict=True)]

@@ -166,7 +166,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "usage_prompt_tokens": r.usage_prompt_tokens,
                 "usage_completion_tokens": r.usage_completion_tokens,
                 "client_output_tokens": r.client_output_tokens,
-                "chunk_ms": [ms(t) for t in r.chunk_ns],
+                "chunk_ms": [ms(t) for t in r.chunk_ns], "session": r.session, "turn": r.turn,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
             }
             f.write(json.dumps(row) + "\n")
@@ -199,6 +199,10 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         table.add_row(f"{label} (ms)", "  ".join(cells))
         if name == "ttft" and "ttft_split" in s:
             _add_ttft_split(table, s["ttft_split"])
+    for row in s.get("per_turn") or []:
+        table.add_row(f"turn {row['turn']}", f"{row['count']} ok" + (f", {row['failed']} failed" if row["failed"] else "")
+                      + f"  TTFT (ms) mean {fmt(row['mean_ttft_ms'])}  p50 {fmt(row['p50_ttft_ms'])}  "
+                      f"p99 {fmt(row['p99_ttft_ms'])}  input tokens mean {fmt(row['mean_input_tokens'], '{:.1f}')}")
     for cls, info in s["errors"].items():
         table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
     health = s["client_health"]
@@ -209,7 +213,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
                       + f"  cpu/event {fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
                       f"{fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
                       f"{fmt(w.get('parse_cpu_us_per_event'), '{:.1f}')})")
-    table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  p99 {health['p99_send_lag_ms']:.2f}")
+    table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  median {fmt(s.get('median_send_lag_ms'))}  "
+                  f"p99 {health['p99_send_lag_ms']:.2f}  max {health['max_send_lag_ms']:.2f}")
     if s["client_bound"] is None:
         verdict = "not judged (no request succeeded)"
     elif s["client_bound"]:

@@ -62,6 +62,26 @@ def request_body(cfg: RunConfig, model: str, prompt: Prompt) -> bytes:
     return _encode(body)
 
 
+def turn_body(cfg: RunConfig, first_body: bytes, history: list[tuple[str, str]], user: str,
+              output_len: int) -> bytes:
+    """A session's next request: the first turn's body with the conversation so far (user turns and
+    the server's actual answers) and this turn's output length. Chat sends `messages`; the
+    completions backend the turns' texts joined by newlines."""
+    body = msgspec.json.decode(first_body)
+    if cfg.backend == "openai-chat":
+        messages = []
+        for asked, answer in history:
+            messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": answer}]
+        body["messages"] = [*messages, {"role": "user", "content": user}]
+    else:
+        body["prompt"] = "\n".join([text for pair in history for text in pair] + [user])
+    lengths = {"max_tokens": output_len, "max_completion_tokens": output_len, "min_tokens": output_len}
+    for key, value in lengths.items():
+        if key in body and key not in cfg.extra_body:  # NOTE: --extra-request-body wins, as in request_body
+            body[key] = value
+    return _encode(body)
+
+
 @dataclass
 class RawResponse:
     """What the read path keeps: stamped chunks, or the error it met."""
@@ -233,14 +253,19 @@ def _fail(rec: RequestRecord, error_class: str, message: str) -> None:
 
 def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
     """Parse the kept bytes into the record (after the request); broken streams become errors."""
-    rec = raw.record
+    return finish_with_answer(raw, tokenizer, want_text=False)[0]
+
+
+def finish_with_answer(raw: RawResponse, tokenizer=None, want_text: bool = True) -> tuple[RequestRecord, str | None]:
+    """`finish_record`, and the answer's text (None when the request failed or `want_text` is off)."""
+    rec, text = raw.record, None
     if rec.error_class is not None:
-        return rec
+        return rec, None
     try:
         if raw.is_stream:
-            parse_stream(rec, raw.chunks, raw.stamps, tokenizer)
+            text = parse_stream(rec, raw.chunks, raw.stamps, tokenizer, want_text)
         else:
-            parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
+            text = parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
         if raw.server_timing is not None:
             parse_server_timing_header(rec, raw.server_timing)
     except ServerErrorEvent as exc:
@@ -250,4 +275,4 @@ def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
     except Exception as exc:  # noqa: BLE001 - one odd response must not take the worker down
         _fail(rec, "other", f"cannot parse the response: {type(exc).__name__}: {exc}")
     raw.chunks, raw.stamps = [], []
-    return rec
+    return rec, (text if rec.error_class is None else None)

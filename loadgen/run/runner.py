@@ -31,8 +31,17 @@ from loadgen.plan.lengths import (
     probe_server,
 )
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
+from loadgen.plan.sessions import Session, build_sessions
 from loadgen.run.client import request_body
-from loadgen.run.worker import NUM_COUNTERS, TTFT_RING, LiveCount, WorkerPlan, WorkItem, worker_main
+from loadgen.run.worker import (
+    NUM_COUNTERS,
+    TTFT_RING,
+    LiveCount,
+    SessionPlan,
+    WorkerPlan,
+    WorkItem,
+    worker_main,
+)
 
 STOP_GRACE_S = 10.0
 START_DELAY_NS = 20_000_000
@@ -118,9 +127,9 @@ def _num_items(cfg: RunConfig) -> int:
     return max(cfg.concurrency or 1, 64)
 
 
-def _prompts(cfg: RunConfig, dcfg: DatasetConfig, tokenizer) -> list[Prompt]:
+def _prompts(cfg: RunConfig, dcfg: DatasetConfig, tokenizer, build=build_prompts) -> list:
     try:
-        return build_prompts(dcfg, tokenizer)
+        return build(dcfg, tokenizer)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SetupError(f"cannot build the {dcfg.name} dataset: {type(exc).__name__}: {exc}") from None
     except httpx.HTTPError as exc:
@@ -135,28 +144,67 @@ def with_chat_template(cfg: RunConfig, prompts: list[Prompt], tokenizer) -> tupl
             for p in prompts], True
 
 
-def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer=None) -> list[WorkerPlan]:
-    """Items spread round-robin over the workers, each with its intended offset in rate mode."""
-    num = _num_items(cfg)
-    prompts, _ = with_chat_template(cfg, _prompts(cfg, replace(dcfg, num_prompts=num + cfg.warmup), tokenizer),
-                                    tokenizer)
-    offsets: list[float | None] = [None] * num
+def _offsets(cfg: RunConfig, num: int) -> list[float | None]:
+    """Intended start offsets of `num` items: a ramp, the arrival process in rate mode, else None."""
     if cfg.ramp_up_strategy is not None:
-        offsets = ramp_offsets_s(cfg.ramp_up_strategy, cfg.ramp_up_start_rps, cfg.ramp_up_end_rps,
-                                 cfg.burstiness, num, cfg.seed)
-    elif cfg.is_rate_mode:
-        offsets = arrival_offsets_s(cfg.request_rate, cfg.burstiness, num, cfg.duration_s, cfg.seed)
+        return ramp_offsets_s(cfg.ramp_up_strategy, cfg.ramp_up_start_rps, cfg.ramp_up_end_rps,
+                              cfg.burstiness, num, cfg.seed)
+    if cfg.is_rate_mode:
+        return arrival_offsets_s(cfg.request_rate, cfg.burstiness, num, cfg.duration_s, cfg.seed)
+    return [None] * num
+
+
+def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer=None) -> list[WorkerPlan]:
+    """Items spread round-robin over the workers, each with its intended offset in rate mode (a
+    replayed trace: its own times / --trace-speedup)."""
+    if dcfg.name == "multi-turn":
+        items, warm, num = _session_items(cfg, dcfg, model, tokenizer)
+    else:
+        items, warm, num = _request_items(cfg, dcfg, model, tokenizer)
+    return [
+        WorkerPlan(w, items[w :: cfg.workers], warm[w :: cfg.workers], num, dcfg.tokenizer_path)
+        for w in range(cfg.workers)
+    ]
+
+
+def _request_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -> tuple[list, list, int]:
+    if cfg.replay_trace:
+        # NOTE: the trace's first N lines are measured; warm-up requests repeat its first lines.
+        prompts = _prompts(cfg, replace(dcfg, num_prompts=cfg.num_prompts), tokenizer)
+        num = len(prompts)
+        offsets = [p.arrival_s / cfg.trace_speedup for p in prompts]
+        prompts += [prompts[i % num] for i in range(cfg.warmup)]
+    else:
+        num = _num_items(cfg)
+        prompts = _prompts(cfg, replace(dcfg, num_prompts=num + cfg.warmup), tokenizer)
+        offsets = _offsets(cfg, num)
         num = len(offsets)
+    prompts, _ = with_chat_template(cfg, prompts, tokenizer)
 
     def item(i: int, p: Prompt, offset: float | None) -> WorkItem:
         return WorkItem(i, request_body(cfg, model, p), p.input_len, p.is_exact_input_len, p.output_len, offset)
 
     items = [item(i, prompts[i], offsets[i]) for i in range(num)]
     warm = [item(-1 - i, prompts[num + i], None) for i in range(cfg.warmup)]
-    return [
-        WorkerPlan(w, items[w :: cfg.workers], warm[w :: cfg.workers], num, dcfg.tokenizer_path)
-        for w in range(cfg.workers)
-    ]
+    return items, warm, num
+
+
+def _session_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -> tuple[list, list, int]:
+    """One item per session (its first turn's body and the plan of the rest); warm-up items are
+    the first turns of further sessions. Request indices run over all turns, session by session."""
+    sessions: list[Session] = _prompts(cfg, replace(dcfg, num_prompts=cfg.num_prompts + cfg.warmup), tokenizer,
+                                       build_sessions)
+    measured = sessions[:cfg.num_prompts]
+    offsets, items, first = _offsets(cfg, len(measured)), [], 0
+    for i, (s, offset) in enumerate(zip(measured, offsets, strict=True)):
+        plan = SessionPlan(s.user_turns, s.user_lens, s.output_lens, dcfg.multi_turn_think_time_s, first)
+        first += len(s.user_turns)
+        body = request_body(cfg, model, Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True))
+        items.append(WorkItem(i, body, s.user_lens[0], s.is_exact_input_len, s.output_lens[0], offset, plan))
+    warm = [WorkItem(-1 - i, request_body(cfg, model, Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True)),
+                     s.user_lens[0], s.is_exact_input_len, s.output_lens[0])
+            for i, s in enumerate(sessions[cfg.num_prompts:])]
+    return items, warm, first
 
 
 class _Pool:

@@ -112,8 +112,10 @@ def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
     return body, [end - bisect_left(dropped, end) for end in ends]
 
 
-def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None) -> None:
-    """Fill `record` from a streamed body; raises MalformedSSE on a broken stream.
+def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None,
+                 want_text: bool = False) -> str | None:
+    """Fill `record` from a streamed body; raises MalformedSSE on a broken stream. Returns the
+    answer's text with `want_text` (multi-turn sessions), else None.
 
     Output tokens are counted per content event as the server emitted them: the growth of
     `usage.completion_tokens` when the server streams usage in every chunk, else one per event."""
@@ -125,6 +127,7 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     texts, cumulative = _take_chunks(record, *decoded)
     record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
     _count_tokens(record, texts, tokenizer)
+    return "".join(texts) if want_text else None
 
 
 def _take_server_timing(record: RequestRecord, body: bytes, ends: list[int]) -> tuple[bytes, list[int]]:
@@ -300,8 +303,8 @@ def _per_event_tokens(cumulative: list[int | None]) -> tuple[list[float], str]:
     return out, SOURCE_USAGE_DELTAS
 
 
-def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None) -> None:
-    """Fill `record` from a non-streamed JSON response (TTFT = E2E latency)."""
+def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None) -> str:
+    """Fill `record` from a non-streamed JSON response (TTFT = E2E latency); returns its text."""
     try:
         chunk = _decode_chunk(body)
     except msgspec.DecodeError as exc:
@@ -316,6 +319,7 @@ def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None)
     record.chunk_tokens = [float(usage) if usage else 1.0]
     record.chunk_token_source = "usage" if usage else SOURCE_PER_EVENT
     _count_tokens(record, [text], tokenizer)
+    return text
 
 
 def _count_tokens(record: RequestRecord, texts: list[str], tokenizer) -> None:

@@ -22,7 +22,7 @@ import msgspec
 from loadgen.measure.records import RequestRecord, WorkerHealth, WorkerResult
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import load_tokenizer
-from loadgen.run.client import Client, RawResponse, finish_record
+from loadgen.run.client import Client, RawResponse, finish_record, finish_with_answer, turn_body
 
 TICK_S = 0.05
 BARRIER_TIMEOUT_S = 600.0
@@ -47,8 +47,25 @@ _FIRST_CONTENT = re.compile(rb'"(?:content|text)":"[^"]')
 
 
 @dataclass(frozen=True)
+class SessionPlan:
+    """A multi-turn session's later turns: the user texts (the first is in the item's body), their
+    lengths, the output length per turn, the think time, and the first turn's request index."""
+
+    user_turns: tuple[str, ...]
+    user_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    think_time_s: float
+    first_index: int
+
+    def input_len(self, turn: int) -> int:
+        """Nominal input length of a turn: the user turns so far plus the output lengths asked."""
+        return sum(self.user_lens[:turn + 1]) + sum(self.output_lens[:turn])
+
+
+@dataclass(frozen=True)
 class WorkItem:
-    """One request to send: its global index, body, nominal lengths and intended offset."""
+    """One request to send: its global index, body, nominal lengths and intended offset; with
+    `session`, the first turn of a multi-turn session (`index` is then the session's)."""
 
     index: int
     body: bytes
@@ -56,6 +73,7 @@ class WorkItem:
     is_exact_input_len: bool
     output_len: int
     offset_s: float | None = None
+    session: SessionPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +178,8 @@ class _Worker:
                 if sem is not None:
                     sem.release()
                 break
-            task = asyncio.create_task(self._one(item, intended, sem))
+            send = self._one if item.session is None else self._session
+            task = asyncio.create_task(send(item, intended, sem))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
@@ -181,13 +200,56 @@ class _Worker:
                 sem.release()
         self._keep(raw)
 
-    def _keep(self, raw: RawResponse) -> None:
+    async def _session(self, item: WorkItem, intended_ns: int, sem) -> None:
+        """A multi-turn session, holding its concurrency slot for all its turns. Each turn's answer is
+        parsed as soon as it ends (only in this mode), and the next turn sent `think_time_s` later
+        with the conversation so far; a failed turn ends the session."""
+        plan = item.session
+        history: list[tuple[str, str]] = []
+        end_ns = 0
+        self.counters[self.base + LiveCount.IN_FLIGHT] += 1
+        self.in_flight += 1
+        if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
+            self.full_at_s = (time.perf_counter_ns() - self.t0) / 1e9
+        try:
+            for turn, user in enumerate(plan.user_turns):
+                if turn:
+                    intended_ns = end_ns + int(plan.think_time_s * 1e9)
+                    await _sleep_until(intended_ns)
+                    body = turn_body(self.cfg, item.body, history, user, plan.output_lens[turn])
+                    request = self.client.prepare(body, plan.first_index + turn)
+                else:
+                    request = self.requests[item.index]
+                rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=intended_ns,
+                                    start_ns=0, end_ns=0, input_len=plan.input_len(turn),
+                                    is_exact_input_len=item.is_exact_input_len and turn == 0,
+                                    output_len_asked=plan.output_lens[turn], session=item.index, turn=turn)
+                raw = RawResponse(rec, is_stream=self.cfg.stream)
+                await self.client.send(request, raw)
+                self._count(raw)
+                rec, answer = finish_with_answer(raw)
+                self.records.append(rec)
+                if answer is None:
+                    break
+                history.append((user, answer))
+                end_ns = rec.end_ns
+        finally:
+            self.counters[self.base + LiveCount.IN_FLIGHT] -= 1
+            self.in_flight -= 1
+            if sem is not None:
+                sem.release()
+
+    def _count(self, raw: RawResponse) -> None:
+        """The live counters for one finished request (before its chunks are parsed)."""
         c = self.counters
         c[self.base + LiveCount.DONE] += 1
         c[self.base + LiveCount.ERRORS] += raw.record.error_class is not None
         c[self.base + LiveCount.CHUNKS] += len(raw.chunks)
         if self.cfg.live and raw.record.error_class is None:
             self._live_ttft(raw)
+
+    def _keep(self, raw: RawResponse) -> None:
+        self._count(raw)
         size = sum(len(x) for x in raw.chunks)
         if self.raw_bytes + size > MAX_RAW_BYTES:
             self.records.append(finish_record(raw))

@@ -2,7 +2,9 @@
 
 Used by the tests and by `python -m loadgen.selftest.selfbench`. It speaks just enough HTTP/1.1 (httptools)
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
-`/stats` (and `/last_request`: the headers and body of the latest completion request). With
+`/stats` (and `/last_request`: the headers and body of the latest completion request; with
+`--log-requests`, `/requests`: every completion request's body and the answer text it got, each
+answer's tokens being " a<N>" for the N-th request, so a test can follow multi-turn sessions). With
 `--certfile/--keyfile` it serves https. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
 every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood": one write per token, as
 servers write SSE events; with `burst`, one write for all of a request's tokens). `faults` cycles over the
@@ -73,6 +75,7 @@ class ServerScript:
     has_tokenize: bool = True
     burst: bool = False
     metrics: str | None = None  # serve /metrics with vLLM's ("vllm") or SGLang's ("sglang") names
+    log_requests: bool = False  # keep every completion body and its answer; tokens " a<N>" (N-th request)
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -177,6 +180,7 @@ class ScriptedServer:
         self.port = port
         self.ssl_context = ssl_context
         self.last_request: dict | None = None
+        self.request_log: list[dict] = []
         self.truth = _Truth()
         self._server: asyncio.AbstractServer | None = None
 
@@ -204,6 +208,8 @@ class ScriptedServer:
                        b"content-length: %d\r\n\r\n%s" % (len(body), body))
         elif path == b"/last_request":
             conn.write(_json_response("200 OK", self.last_request))
+        elif path == b"/requests" and self.script.log_requests:
+            conn.write(_json_response("200 OK", self.request_log))
         elif path in (b"/tokenize", b"/detokenize") and not self.script.has_tokenize:
             conn.write(_json_response("404 Not Found", {"detail": "Not Found"}))
         elif path == b"/tokenize":
@@ -261,15 +267,20 @@ class ScriptedServer:
             hostile.respond(conn, fault, is_chat, n, prompt_tokens)
             return
         usage = bool(req.stream_options and req.stream_options.get("include_usage"))
+        token = " tok"
+        if self.script.log_requests:
+            token = f" a{self.truth.num_requests}"
+            self.request_log.append({"n": self.truth.num_requests, "body": msgspec.json.decode(body),
+                                     "answer": token * n})
         if not req.stream:
-            self._answer_whole(conn, is_chat, n, arrived, prompt_tokens)
+            self._answer_whole(conn, is_chat, n, arrived, prompt_tokens, token)
             return
         loop = asyncio.get_running_loop()
         if fault == "endless":
             conn.write(_SSE_HEAD)
             _endless(conn)
             return
-        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens)
+        stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token)
         self.truth.open_streams += 1
         if fault == "close_delimited":
             conn.write(_CLOSE_HEAD + (_ROLE_CHUNK if is_chat else b""))
@@ -277,10 +288,11 @@ class ScriptedServer:
             conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
         loop.call_at(loop.time() + self.script.ttft_ms / 1e3, stream.step)
 
-    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int, prompt_tokens: int) -> None:
+    def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int, prompt_tokens: int,
+                      token: str = " tok") -> None:
         async def later() -> None:
             await asyncio.sleep((self.script.ttft_ms + self.script.gap_ms * (n - 1)) / 1e3)
-            text = " tok" * n
+            text = token * n
             choice = {"index": 0, "finish_reason": "length"}
             choice.update({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
@@ -294,8 +306,11 @@ class ScriptedServer:
 class _Stream:
     """One streaming response, written by timer callbacks (no coroutine per stream)."""
 
-    def __init__(self, server, conn, is_chat, n, usage, fault, arrived, prompt_tokens) -> None:
+    def __init__(self, server, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token=" tok") -> None:
         self.server, self.conn, self.is_chat = server, conn, is_chat
+        self.payload = _CHAT_TOKEN if is_chat else _TEXT_TOKEN
+        if token != " tok":
+            self.payload = self.payload.replace(b'" tok"', msgspec.json.encode(token))
         self.prompt_tokens = prompt_tokens
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
@@ -329,7 +344,7 @@ class _Stream:
 
     def _burst(self) -> None:
         """All tokens and the end of the stream in one write (the truth stamps them all now)."""
-        payload = _CHAT_TOKEN if self.is_chat else _TEXT_TOKEN
+        payload = self.payload
         now = time.perf_counter_ns()
         truth = self.server.truth
         truth.ttft_ns.append(now - self.arrived)
@@ -343,7 +358,7 @@ class _Stream:
             if self.conn.transport is not None:
                 self.conn.transport.abort()
             return False
-        payload = _CHAT_TOKEN if self.is_chat else _TEXT_TOKEN
+        payload = self.payload
         if self.fault == "malformed" and self.sent == self.n // 2:
             payload = b"data: {not json\n\n"
         now = time.perf_counter_ns()
@@ -427,6 +442,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-tokenize", action="store_true", help="answer 404 on /tokenize, /detokenize")
     p.add_argument("--metrics", choices=sorted(METRIC_NAMES), default=None,
                    help="serve /metrics with this server's names (else 404)")
+    p.add_argument("--log-requests", action="store_true",
+                   help="keep every completion body and its answer (GET /requests); tokens are ' a<N>'")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -434,7 +451,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
-                          has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics)
+                          has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics,
+                          log_requests=args.log_requests)
     import uvloop
 
     async def serve() -> None:
