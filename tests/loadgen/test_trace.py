@@ -1,0 +1,136 @@
+"""Trace replay: mooncake lines sent at their timestamps, hash ids as shared prompt blocks, BurstGPT
+timestamps, bad lines named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from loadgen.cli import build_parser, config_from_args
+from loadgen.plan.config import RunConfig
+from loadgen.plan.datasets import DatasetConfig, build_prompts
+from loadgen.run.runner import SetupError, run
+
+#: (timestamp ms, hash ids): irregular gaps, shared and distinct prefixes.
+LINES = [(0, [0, 1]), (40, [0, 1]), (45, [0, 2]), (260, [3]), (300, [0, 1, 4]), (520, [])]
+BLOCK = 8
+# NOTE: a generous bound for a busy, shared machine; a quiet one sends within about 1 ms.
+MAX_LATE_MS = 50.0
+
+
+def _trace(tmp_path, lines=LINES) -> str:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": ts, "input_length": 3 * BLOCK + 5, "output_length": 4,
+                                        "hash_ids": ids}) + "\n" for ts, ids in lines))
+    return str(path)
+
+
+def _dcfg(path: str, **kw) -> DatasetConfig:
+    return DatasetConfig(name="mooncake", dataset_path=path, num_prompts=None, block_size=BLOCK,
+                         trace_timestamps=True, use_server_tokenize=False, **kw)
+
+
+def _replay(server, path: str, speedup: float = 1.0, **kw):
+    cfg = RunConfig(base_url=server.base_url, replay_trace=True, trace_speedup=speedup, num_prompts=None,
+                    server_metrics=False, **kw)
+    return run(cfg, _dcfg(path))
+
+
+def test_replay_sends_each_request_at_its_trace_time_in_order(start_server, tmp_path):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "4", "--log-requests")
+    result = _replay(server, _trace(tmp_path))
+    recs = result.records
+    assert [r.index for r in recs] == list(range(len(LINES))) and result.summary["completed"] == len(LINES)
+    t0 = min(r.intended_ns for r in recs)
+    for r, (ts, _) in zip(recs, LINES, strict=True):
+        assert (r.intended_ns - t0) / 1e6 == pytest.approx(ts, abs=0.01)
+        assert 0 <= (r.start_ns - r.intended_ns) / 1e6 < MAX_LATE_MS, r
+    assert [r.index for r in sorted(recs, key=lambda r: r.start_ns)] == list(range(len(LINES)))
+    s = result.summary
+    assert result.cfg.is_rate_mode and s["max_send_lag_ms"] < MAX_LATE_MS
+    assert s["median_send_lag_ms"] <= s["p99_send_lag_ms"] <= s["max_send_lag_ms"]
+    # the server got the trace's lengths and its shared blocks: the bodies as received
+    bodies = [entry["body"] for entry in httpx.get(server.base_url + "/requests", timeout=10).json()]
+    words = [b["messages"][0]["content"].split() for b in bodies]
+    assert [b["max_tokens"] for b in bodies] == [4] * len(LINES)
+    assert all(len(w) == 3 * BLOCK + 5 for w in words)
+    assert words[0][:2 * BLOCK] == words[1][:2 * BLOCK] == words[4][:2 * BLOCK]
+    assert words[0][2 * BLOCK:] != words[1][2 * BLOCK:]  # past the shared blocks: unique filler
+    assert words[2][:BLOCK] == words[0][:BLOCK] and words[2][BLOCK:2 * BLOCK] != words[0][BLOCK:2 * BLOCK]
+
+
+def test_trace_speedup_divides_the_offsets(start_server, tmp_path):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "4")
+    recs = _replay(server, _trace(tmp_path), speedup=4.0).records
+    t0 = min(r.intended_ns for r in recs)
+    assert [round((r.intended_ns - t0) / 1e6, 2) for r in recs] == [ts / 4 for ts, _ in LINES]
+    assert all(0 <= (r.start_ns - r.intended_ns) / 1e6 < MAX_LATE_MS for r in recs)
+
+
+def test_concurrency_caps_a_replay(start_server, tmp_path):
+    server = start_server("--ttft-ms", "100", "--gap-ms", "2", "--num-tokens", "4")
+    burst = [(0, [i]) for i in range(6)]
+    result = _replay(server, _trace(tmp_path, burst), concurrency=2)
+    assert result.summary["completed"] == 6 and result.summary["max_concurrent_requests"] == 2
+
+
+def test_hash_ids_map_to_shared_blocks_and_num_prompts_takes_the_first_lines(tmp_path):
+    path = _trace(tmp_path)
+    prompts = build_prompts(_dcfg(path))
+    assert [p.arrival_s for p in prompts] == [ts / 1e3 for ts, _ in LINES]
+    assert all(p.input_len == 3 * BLOCK + 5 and p.output_len == 4 for p in prompts)
+    assert build_prompts(_dcfg(path)) == prompts  # deterministic
+    first = build_prompts(DatasetConfig(name="mooncake", dataset_path=path, num_prompts=2, block_size=BLOCK))
+    assert [p.prompt for p in first] == [p.prompt for p in prompts[:2]] and first[0].arrival_s is None
+    blocks = {}
+    for p, (_, ids) in zip(prompts, LINES, strict=True):
+        words = p.prompt.split()
+        for k, hash_id in enumerate(ids[:3]):
+            blocks.setdefault(hash_id, words[k * BLOCK:(k + 1) * BLOCK])
+            assert words[k * BLOCK:(k + 1) * BLOCK] == blocks[hash_id]
+    assert len({" ".join(b) for b in blocks.values()}) == len(blocks)  # distinct ids differ
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("{not json", "line 2 of"), ('{"timestamp": 5, "input_length": "x", "output_length": 3}', "'input_length'"),
+    ('{"timestamp": 5, "input_length": 9, "output_length": 3, "hash_ids": [1, "a"]}', "'hash_ids'"),
+    ('{"timestamp": -1, "input_length": 9, "output_length": 3}', "line 2 of"),
+])
+def test_a_malformed_line_is_a_setup_error_naming_it(tmp_path, line, says):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 9, "output_length": 3, "hash_ids": [1]}\n' + line + "\n")
+    cfg = RunConfig(base_url="http://127.0.0.1:9", model="m", replay_trace=True, num_prompts=None)
+    with pytest.raises(SetupError, match="line 2") as err:
+        run(cfg, _dcfg(str(path)))
+    assert says in str(err.value)
+
+
+def test_cli_exits_1_on_a_bad_trace_and_2_on_bad_flags(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 9, "output_length": 3}\n{"timestamp": 10}\n')
+    base = [sys.executable, "-m", "loadgen", "--base-url", "http://127.0.0.1:9", "--model", "m",
+            "--no-server-tokenize", "--quiet", "--no-server-metrics"]
+    done = subprocess.run([*base, "--dataset", "mooncake", "--dataset-path", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "line 2 of" in done.stderr and "output_length" not in done.stdout
+    bad = subprocess.run([*base, "--dataset", "random", "--trace-speedup", "2", "--concurrency", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--trace-speedup" in bad.stderr
+
+
+def test_burstgpt_replays_its_timestamps_unless_a_rate_is_given(tmp_path):
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "5,GPT-4,12,30,42,Conversation log\n5.25,ChatGPT,500,20,520,Conversation log\n"
+                    "6.5,GPT-4,25,5,30,API log\n9,GPT-4,40,7,47,API log\n")
+    flags = ["--dataset", "burstgpt", "--dataset-path", str(path)]
+    cfg, dcfg = config_from_args(build_parser().parse_args(flags))
+    assert cfg.replay_trace and cfg.is_rate_mode and dcfg.trace_timestamps and dcfg.num_prompts is None
+    prompts = build_prompts(dcfg)
+    assert [(p.arrival_s, p.input_len, p.output_len) for p in prompts] == [(0.0, 12, 30), (1.5, 25, 5), (4.0, 40, 7)]
+    cfg, dcfg = config_from_args(build_parser().parse_args([*flags, "--request-rate", "10"]))
+    assert not cfg.replay_trace and not dcfg.trace_timestamps and cfg.num_prompts == 1000
