@@ -22,6 +22,7 @@ from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
+    check_kinds,
     compare,
     load_run,
     print_table,
@@ -353,14 +354,17 @@ def _report(argv: list[str]) -> int:
         p.error(f"--label given {len(args.label)} times for {len(args.paths)} files")
     try:
         runs = [load_run(path) for path in args.paths]
+        check_kinds(runs, args.paths)
     except ValueError as exc:
         print(f"loadgen report: {exc}", file=sys.stderr)
         return 2
     from loadgen.report.html import default_label, render  # NOTE: matplotlib only when asked for
+    from loadgen.report.sweep_html import render_sweeps
 
     labels = args.label or [default_label(run, path) for run, path in zip(runs, args.paths, strict=True)]
+    page = render_sweeps(runs, labels) if runs[0].get("kind") == "sweep" else render(runs, labels)
     with open(args.output, "w", encoding="utf-8") as f:
-        f.write(render(runs, labels))
+        f.write(page)
     print(args.output)
     return 0
 

@@ -289,13 +289,13 @@ def check_kinds(runs: list[dict], paths: list[str]) -> None:
 
 def compare(paths: list[str], console: Console | None = None) -> Table:
     """Print runs side by side, each with its ratio to the first."""
-    console = console or Console()
     runs = [load_run(p) for p in paths]
     if any(run.get("kind") == "sweep" for run in runs):
         from loadgen.report.sweep_tables import compare_sweeps  # NOTE: it imports this module
 
         check_kinds(runs, paths)
         return compare_sweeps(runs, [os.path.basename(p) for p in paths], console)
+    console = console or Console()
     table = Table(title="loadgen compare (ratio to the first run)")
     table.add_column("metric")
     for p in paths:
