@@ -182,3 +182,17 @@ def writable_path(text: str) -> str:
     if not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"folder {folder!r} is not writable")
     return text
+
+
+def value_list(kind: type):
+    """A comma-separated list of positive numbers (`1,8,64`), at least one, no repeats; sorted."""
+    def parse(text: str) -> tuple:
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated values such as 1,8,64")
+        values = [int_at_least(1)(item) if kind is int else positive_float()(item) for item in items]
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r}: a value is listed twice")
+        return tuple(sorted(values))
+    parse.__name__ = "list of integers >= 1" if kind is int else "list of positive numbers"
+    return parse

@@ -1,5 +1,6 @@
 """Command line: `loadgen [run flags]` runs a load; `loadgen compare A.json B.json ...` compares runs;
-`loadgen report A.json ... --output report.html` draws them on one HTML page.
+`loadgen report A.json ... --output report.html` draws them on one HTML page; `loadgen sweep
+--concurrency 1,8,64 [run flags]` runs a sweep with an SLO search.
 
 Argparse lives only here; defaults are read from the config dataclasses.
 """
@@ -29,6 +30,7 @@ from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
+    check_kinds,
     compare,
     load_run,
     print_table,
@@ -37,7 +39,9 @@ from loadgen.report.results import (
     write_json,
     write_records,
 )
+from loadgen.report.sweep_tables import print_sweep_table
 from loadgen.run.runner import SetupError, run, wait_ready
+from loadgen.sweep.driver import SweepSpec, run_sweep
 
 _RC, _DC = RunConfig(concurrency=1, num_prompts=1), DatasetConfig()
 # Defaults that differ between the two upstream tools (--flags-from picks the set).
@@ -52,6 +56,8 @@ subcommands:
   loadgen compare A.json B.json ...   print saved runs (--output files) side by side, with ratios
   loadgen report A.json ... --output report.html
                                       one self-contained HTML page of saved runs, with plots
+  loadgen sweep --concurrency 1,8,64 [--repeats N] [--slo ...] [run flags]
+                                      full runs at each value, an SLO search, early stop
 
 exit codes: 0 done; 1 the run could not start (server unreachable, dataset unreadable);
 2 bad flags; 3 client-bound under --strict; 4 failed requests above --max-error-rate
@@ -398,21 +404,97 @@ def _report(argv: list[str]) -> int:
         p.error(f"--label given {len(args.label)} times for {len(args.paths)} files")
     try:
         runs = [load_run(path) for path in args.paths]
+        check_kinds(runs, args.paths)
     except ValueError as exc:
         print(f"loadgen report: {exc}", file=sys.stderr)
         return 2
     from loadgen.report.html import default_label, render  # NOTE: matplotlib only when asked for
+    from loadgen.report.sweep_html import render_sweeps
 
     labels = args.label or [default_label(run, path) for run, path in zip(runs, args.paths, strict=True)]
+    page = render_sweeps(runs, labels) if runs[0].get("kind") == "sweep" else render(runs, labels)
     with open(args.output, "w", encoding="utf-8") as f:
-        f.write(render(runs, labels))
+        f.write(page)
     print(args.output)
     return 0
+
+
+SWEEP_UNSUPPORTED = ("records", "csv", "save_result", "result_dir", "result_filename", "append_result",
+                     "save_detailed", "strict")
+
+
+def build_sweep_parser() -> argparse.ArgumentParser:
+    """The sweep's own flags; every other flag is a run flag (`loadgen --help`)."""
+    p = argparse.ArgumentParser(
+        prog="loadgen sweep", allow_abbrev=False,
+        usage="%(prog)s (--concurrency LIST | --request-rate LIST) [sweep flags] [run flags]",
+        description="Full runs at each listed concurrency or request rate, repeated; stops early on "
+        "over-saturation; with --slo, bisects for the highest value meeting it. Every other flag is a "
+        "run flag, as in `loadgen --help`; --output writes the sweep JSON.")
+    a = p.add_argument
+    a("--concurrency", "--max-concurrency", type=at.value_list(int), default=None, metavar="LIST",
+      help="concurrencies to run, e.g. 1,8,64")
+    a("--request-rate", type=at.value_list(float), default=None, metavar="LIST",
+      help="request rates (req/s) to run, e.g. 1,2,4")
+    a("--repeats", type=at.int_at_least(1), default=1, help="full runs per point (mean and 95%% interval)")
+    a("--slo-percentile", type=at.percentiles, default=(99.0,), metavar="P",
+      help="the percentile the --slo bounds apply to (default 99)")
+    a("--search-steps", type=at.int_at_least(0), default=8, help="at most this many bisection points")
+    a("--rate-tolerance", type=at.fraction, default=0.05,
+      help="--request-rate search: stop when (failing - passing) / passing <= this")
+    a("--no-early-stop", action="store_true", help="run every listed point, even past over-saturation")
+    a("--prompts-per-level", type=at.positive_float(), default=None, metavar="K",
+      help="each point sends max(--num-prompts, K x its value) requests")
+    return p
+
+
+def _sweep(argv: list[str]) -> int:
+    sp = build_sweep_parser()
+    sargs, rest = sp.parse_known_args(argv)
+    if (sargs.concurrency is None) == (sargs.request_rate is None):
+        sp.error("give one of --concurrency LIST or --request-rate LIST")
+    if len(sargs.slo_percentile) != 1:
+        sp.error("--slo-percentile takes one percentile")
+    parser = build_parser()
+    parser.prog = "loadgen sweep"
+    args = parser.parse_args(rest)
+    if given := [f"--{k.replace('_', '-')}" for k in SWEEP_UNSUPPORTED if getattr(args, k)]:
+        sp.error(f"{', '.join(given)}: not available in a sweep (--output writes every run's results)")
+    variable = "concurrency" if sargs.concurrency is not None else "request_rate"
+    values = sargs.concurrency or sargs.request_rate
+    setattr(args, variable, values[0])
+    per_level = sargs.prompts_per_level
+    if per_level is not None and args.num_prompts is None and args.duration is None:
+        args.num_prompts = 1  # NOTE: then each point sends ceil(K x value) requests
+    try:
+        cfg, dcfg = config_from_args(args)
+        cfg = dataclasses.replace(cfg, percentiles=tuple(sorted({*cfg.percentiles, 50.0, 99.0,
+                                                                 *sargs.slo_percentile})))
+        spec = SweepSpec(variable, values, sargs.repeats, cfg.slo, sargs.slo_percentile[0],
+                         sargs.search_steps, sargs.rate_tolerance, not sargs.no_early_stop,
+                         per_level, args.workers == "auto")
+    except ValueError as exc:
+        sp.error(str(exc))
+    if args.ready_check_timeout_sec:
+        wait_ready(cfg, args.ready_check_timeout_sec)
+    log = (lambda line: None) if args.quiet else None
+    try:
+        data = run_sweep(spec, cfg, dcfg, label=args.label, log=log)
+    except SetupError as exc:
+        print(f"loadgen sweep: {exc}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print_sweep_table(data)
+    if args.output:
+        write_json(args.output, data)
+    return 130 if data["interrupted"] else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point (`loadgen`)."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "sweep":
+        return _sweep(argv[1:])
     if argv and argv[0] == "compare":
         return _compare(argv[1:])
     if argv and argv[0] == "report":

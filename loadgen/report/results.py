@@ -283,10 +283,24 @@ def load_run(path: str) -> dict:
     return run
 
 
+def check_kinds(runs: list[dict], paths: list[str]) -> None:
+    """ValueError naming the files when sweep files (`kind: sweep`) and single runs are mixed."""
+    sweeps = [p for run, p in zip(runs, paths, strict=True) if run.get("kind") == "sweep"]
+    if sweeps and len(sweeps) != len(runs):
+        single = [p for p in paths if p not in sweeps]
+        raise ValueError(f"cannot mix sweep files ({', '.join(sweeps)}) with single-run files "
+                         f"({', '.join(single)}); give only sweeps or only runs")
+
+
 def compare(paths: list[str], console: Console | None = None) -> Table:
     """Print runs side by side, each with its ratio to the first."""
-    console = console or Console()
     runs = [load_run(p) for p in paths]
+    if any(run.get("kind") == "sweep" for run in runs):
+        from loadgen.report.sweep_tables import compare_sweeps  # NOTE: it imports this module
+
+        check_kinds(runs, paths)
+        return compare_sweeps(runs, [os.path.basename(p) for p in paths], console)
+    console = console or Console()
     table = Table(title="loadgen compare (ratio to the first run)")
     table.add_column("metric")
     for p in paths:

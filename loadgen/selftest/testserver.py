@@ -17,7 +17,8 @@ the client gives up); `loadgen/selftest/hostile.py` adds hostile ones (endless h
 TTFT and mean gap measured at the moment of writing. With `--metrics vllm|sglang` it serves
 `/metrics` with known series (SCRIPTED_*); a streamed request carrying `x-server-timing` gets the
 reference server's `: server-timing` comment with SCRIPTED_TIMING's spans and its true TTFT as
-first_output_ms. Binds to 127.0.0.1 only.
+first_output_ms. With `--capacity K` at most K streams are served at once and the others wait in a
+FIFO queue before their TTFT clock starts (a known knee for `loadgen sweep`). Binds to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import httptools
@@ -76,6 +78,7 @@ class ServerScript:
     burst: bool = False
     metrics: str | None = None  # serve /metrics with vLLM's ("vllm") or SGLang's ("sglang") names
     log_requests: bool = False  # keep every completion body and its answer; tokens " a<N>" (N-th request)
+    capacity: int | None = None  # streams served at once; the rest wait in FIFO order (a known knee)
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -85,6 +88,8 @@ class ServerScript:
             raise ValueError("ttft_ms and gap_ms must be >= 0")
         if self.metrics not in (None, *METRIC_NAMES):
             raise ValueError(f"metrics must be one of {sorted(METRIC_NAMES)}")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError("capacity must be >= 1")
 
 
 @dataclass
@@ -183,6 +188,8 @@ class ScriptedServer:
         self.request_log: list[dict] = []
         self.truth = _Truth()
         self._server: asyncio.AbstractServer | None = None
+        self._serving = 0
+        self._queue: deque[_Stream] = deque()
 
     async def start(self) -> int:
         """Listen on 127.0.0.1; returns the bound port."""
@@ -275,7 +282,6 @@ class ScriptedServer:
         if not req.stream:
             self._answer_whole(conn, is_chat, n, arrived, prompt_tokens, token)
             return
-        loop = asyncio.get_running_loop()
         if fault == "endless":
             conn.write(_SSE_HEAD)
             _endless(conn)
@@ -286,7 +292,21 @@ class ScriptedServer:
             conn.write(_CLOSE_HEAD + (_ROLE_CHUNK if is_chat else b""))
         else:
             conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
-        loop.call_at(loop.time() + self.script.ttft_ms / 1e3, stream.step)
+        self._admit(stream)
+
+    def _admit(self, stream: _Stream) -> None:
+        """Start the stream now, or queue it (FIFO) while `capacity` streams are being served."""
+        if self.script.capacity is not None and self._serving >= self.script.capacity:
+            self._queue.append(stream)
+            return
+        self._serving += 1
+        stream.begin()
+
+    def release(self) -> None:
+        """A served stream ended: start the longest-waiting one."""
+        self._serving -= 1
+        if self._queue:
+            self._admit(self._queue.popleft())
 
     def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int, prompt_tokens: int,
                       token: str = " tok") -> None:
@@ -317,8 +337,19 @@ class _Stream:
         self.last_ns = 0
         self.first_ns = arrived
         self.pending = b""
+        self.t0 = 0.0
+        self.released = False
+
+    def begin(self) -> None:
+        """Served from now: the first token `ttft_ms` later (a queued stream starts its clock here)."""
         loop = asyncio.get_running_loop()
-        self.t0 = loop.time() + server.script.ttft_ms / 1e3
+        self.t0 = loop.time() + self.server.script.ttft_ms / 1e3
+        loop.call_at(self.t0, self.step)
+
+    def _release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.server.release()
 
     def step(self) -> None:
         script = self.server.script
@@ -326,6 +357,7 @@ class _Stream:
             self._flood()
             return
         if not self._token():
+            self._release()
             return
         if self.sent >= self.n:
             self._finish()
@@ -341,6 +373,8 @@ class _Stream:
             pass
         if self.sent >= self.n:
             self._finish()
+        else:
+            self._release()
 
     def _burst(self) -> None:
         """All tokens and the end of the stream in one write (the truth stamps them all now)."""
@@ -390,6 +424,7 @@ class _Stream:
     def _finish(self, head: bytes = b"") -> None:
         """Write the finish event, usage, [DONE] and the end of the body, after `head`."""
         self.server.truth.open_streams -= 1
+        self._release()
         fin = {"index": 0, "finish_reason": "length"}
         fin.update({"delta": {}} if self.is_chat else {"text": ""})
         out = [head, b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
@@ -444,6 +479,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="serve /metrics with this server's names (else 404)")
     p.add_argument("--log-requests", action="store_true",
                    help="keep every completion body and its answer (GET /requests); tokens are ' a<N>'")
+    p.add_argument("--capacity", type=int, default=None,
+                   help="serve at most this many streams at once; others wait (FIFO) before their TTFT clock")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -452,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
                           has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics,
-                          log_requests=args.log_requests)
+                          log_requests=args.log_requests, capacity=args.capacity)
     import uvloop
 
     async def serve() -> None:

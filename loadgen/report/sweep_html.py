@@ -1,0 +1,106 @@
+"""`loadgen report SWEEP.json ...`: the throughput-latency curve (Pareto) of sweep files, with error
+bars from the repeats' intervals, the SLO bound and the answer marked, client-bound points marked."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from loadgen.measure.metrics import pct_key
+from loadgen.report.html import CSS, _e, _png, _table, plt
+from loadgen.report.sweep_tables import NAMES, TABLE_KEYS, cell
+
+#: The Pareto plots: (latency name in the keys, SLO field bounding it, axis label).
+CURVES = (("ttft", "ttft_ms", "TTFT"), ("tpot", "tpot_ms", "TPOT"), ("e2e_latency", "e2e_ms", "E2E latency"))
+
+
+def render_sweeps(sweeps: list[dict], labels: list[str]) -> str:
+    """The whole page for sweep files, named by `labels` in the same order."""
+    colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(sweeps))]
+    parts = [_answers(sweeps, labels), "<h2>Throughput vs latency (Pareto)</h2>",
+             f"<img alt='Pareto' src='{_pareto(sweeps, labels, colors)}'>",
+             "<p class='note'>y: output tok/s, x: the latency percentile the SLO uses (p99 unless "
+             "--slo-percentile), each point labelled with its concurrency or rate; bars: 95% "
+             "t-intervals over repeats; red x: client-bound (not used); star: highest passing; "
+             "dashed: the SLO bound.</p>"]
+    parts += [_points(sweep, label) for sweep, label in zip(sweeps, labels, strict=True)]
+    title = "loadgen sweep report: " + ", ".join(labels)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n<h1>{_e(title)}</h1>\n" + "\n".join(parts)
+            + f"\n<p class='note'>made by loadgen report, {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}"
+            "</p>\n</body></html>\n")
+
+
+def _answers(sweeps: list[dict], labels: list[str]) -> str:
+    out = ["<h2>SLO answer</h2><ul>"]
+    for sweep, label in zip(sweeps, labels, strict=True):
+        answer = sweep.get("answer")
+        text = answer["text"] if answer else "no --slo given: no answer"
+        stop = sweep.get("early_stop") or {}
+        if stop.get("stopped_at") is not None:
+            text += f". Early stop at {stop['stopped_at']:g} ({stop['reason']}); not run: {stop['not_run']}"
+        out.append(f"<li><b>{_e(label)}</b>: {_e(text)}</li>")
+    rules = (sweeps[0].get("rules") or {})
+    out.append("</ul><p class='note'>" + "<br>".join(_e(f"{k}: {v}") for k, v in rules.items()) + "</p>")
+    return "".join(out)
+
+
+def _num(value) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def _xy(point: dict, key: str) -> tuple[float, float, list[float], list[float]]:
+    """(x mean, y mean, x error [low, high], y error [low, high]) from a point's intervals."""
+    x, y = point["metrics"].get(key) or {}, point["metrics"].get("output_throughput") or {}
+
+    def err(stat):
+        if stat.get("low") is None:
+            return [0.0, 0.0]
+        return [stat["mean"] - stat["low"], stat["high"] - stat["mean"]]
+    return _num(x.get("mean")), _num(y.get("mean")), err(x), err(y)
+
+
+def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(14, 4.8))
+    for ax, (name, slo_field, axis) in zip(axes, CURVES, strict=True):
+        for sweep, label, color in zip(sweeps, labels, colors, strict=True):
+            key = f"{pct_key(sweep.get('slo_percentile') or 99)}_{name}_ms"
+            pts = [p for p in sweep["points"] if (p["metrics"].get(key) or {}).get("mean") is not None]
+            rows = [_xy(p, key) for p in pts]
+            ax.errorbar([r[0] for r in rows], [r[1] for r in rows], xerr=[[r[2][0] for r in rows], [r[2][1] for r in rows]],
+                        yerr=[[r[3][0] for r in rows], [r[3][1] for r in rows]], color=color, marker="o",
+                        ls="-", capsize=3, label=label)
+            for p, r in zip(pts, rows, strict=True):
+                ax.annotate(f"{p['value']:g}", (r[0], r[1]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                if p["client_bound"]:
+                    ax.plot(r[0], r[1], "x", color="red", ms=12, mew=2)
+            best = (sweep.get("answer") or {}).get("highest_passing")
+            for p, r in zip(pts, rows, strict=True):
+                if best is not None and p["value"] == best:
+                    ax.plot(r[0], r[1], "*", color=color, ms=18, mec="black")
+            bound = (sweep.get("slo") or {}).get(slo_field)
+            if bound is not None:
+                ax.axvline(bound, color=color, ls="--", lw=1.2, label=f"{label} SLO {bound:g} ms")
+        ax.set_xlabel(f"{axis} p{sweeps[0].get('slo_percentile') or 99:g} (ms)")
+        ax.set_ylabel("output tok/s")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _points(sweep: dict, label: str) -> str:
+    keys = [k for k in TABLE_KEYS if any((p["metrics"].get(k) or {}).get("mean") is not None for p in sweep["points"])]
+    head = [_e(sweep["variable"])] + [_e(NAMES[k]) for k in keys] + ["SLO", "marks"]
+    rows = []
+    for p in sweep["points"]:
+        slo = p.get("slo")
+        verdict = "-" if slo is None else {True: "<span class='good'>pass</span>",
+                                           False: "<span class='bad'>FAIL</span>",
+                                           None: "<span class='note'>unknown</span>"}[slo["passed"]]
+        marks = [m for m, on in (("client-bound: not used", p["client_bound"]), ("search point", p["phase"] == "search"),
+                                 ("over-saturated", (p.get("saturation") or {}).get("stop"))) if on]
+        rows.append([f"{p['value']:g}"] + [_e(cell(p["metrics"].get(k))) for k in keys]
+                    + [verdict, _e(", ".join(marks))])
+    return (f"<h2>Points: {_e(label)}</h2><p class='note'>{sweep['repeats']} repeat(s) per point; "
+            "mean ± 95% t-interval half-width</p>" + _table(head, rows))

@@ -1,0 +1,165 @@
+"""`loadgen sweep`: the SLO bisection finds a scripted server's known knee, early stop on
+over-saturation, t-intervals over repeats, client-bound points left out, compare and report of sweeps."""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from loadgen.plan.config import SLO
+from loadgen.report.sweep_tables import compare_sweeps
+from loadgen.selftest.testserver import spawn
+from loadgen.sweep.search import aggregate, bracket, next_probe, oversaturated
+from loadgen.sweep.stats import interval, significant, t975
+
+# NOTE: a request takes 20 + 9 x 15 = 155 ms; above --capacity a request waits for a whole one, so its
+# TTFT is about 175 ms, against 20 ms at or below capacity: the SLO (80 ms) sits far from both.
+KNEE_SERVER = ("--ttft-ms", "20", "--gap-ms", "15", "--num-tokens", "10")
+SMALL = ("--num-prompts", "16", "--prompts-per-level", "4", "--random-input-len", "32",
+         "--random-output-len", "10", "--no-server-metrics", "--quiet")
+
+
+def _loadgen(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def knee_sweep(tmp_path_factory) -> dict:
+    """One real sweep against a server serving 6 streams at once: 1,2,4,8,16 then the search."""
+    proc, url = spawn(*KNEE_SERVER, "--capacity", "6")
+    out = tmp_path_factory.mktemp("sweep") / "knee.json"
+    try:
+        done = _loadgen("sweep", "--base-url", url, "--concurrency", "1,2,4,8,16", "--slo", "ttft=80",
+                        *SMALL, "--output", str(out))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    return {"path": str(out), "data": json.loads(out.read_text())}
+
+
+def test_search_finds_the_known_knee(knee_sweep):
+    data = knee_sweep["data"]
+    assert data["kind"] == "sweep" and data["variable"] == "concurrency"
+    answer = data["answer"]
+    assert answer["bracket"] == [6, 7], answer["text"]
+    assert answer["percentile"] == 99.0
+    assert [f["metric"] for f in answer["failed_at_lowest_failing"]] == ["p99_ttft_ms"]
+    search = [p["value"] for p in data["points"] if p["phase"] == "search"]
+    assert sorted(search) == [6, 7] and data["search"]["steps_used"] == 2
+    for point in data["points"]:
+        assert len(point["runs"]) == 1 and point["runs"][0]["max_concurrency"] == point["value"]
+        assert point["runs"][0]["completed"] == max(16, 4 * point["value"])
+        assert point["slo"]["passed"] is (point["value"] <= 6)
+
+
+def test_report_draws_the_sweep(knee_sweep, tmp_path):
+    page = tmp_path / "sweep.html"
+    done = _loadgen("report", knee_sweep["path"], "--output", str(page))
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    assert "Throughput vs latency (Pareto)" in text and "src='data:image/png;base64," in text
+    assert html.escape(knee_sweep["data"]["answer"]["text"]) in text and "[6, 7]" in text
+
+
+def test_report_and_compare_refuse_a_mix_of_sweeps_and_runs(knee_sweep, tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(knee_sweep["data"]["points"][0]["runs"][0]))
+    report = _loadgen("report", knee_sweep["path"], str(run), "--output", str(tmp_path / "x.html"))
+    compare = _loadgen("compare", str(run), knee_sweep["path"])
+    for done in (report, compare):
+        assert done.returncode == 2 and "cannot mix sweep files" in done.stderr
+
+
+def test_sweep_past_capacity_stops_early_with_intervals(start_server, tmp_path):
+    server = start_server(*KNEE_SERVER, "--capacity", "2")
+    out = tmp_path / "sat.json"
+    done = _loadgen("sweep", "--base-url", server.base_url, "--concurrency", "2,4,8,16", "--repeats", "2",
+                    *SMALL, "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    stop = data["early_stop"]
+    assert stop["stopped_at"] == 4 and stop["not_run"] == [8, 16], stop
+    assert [p["value"] for p in data["points"]] == [2, 4] and data["answer"] is None
+    for point in data["points"]:
+        assert len(point["runs"]) == 2
+        tput = point["metrics"]["output_throughput"]
+        assert tput["n"] == 2 and tput["low"] <= tput["mean"] <= tput["high"]
+
+
+@pytest.mark.parametrize("flags", [("--concurrency", "1,x"), ("--concurrency", "1,1"), ("--concurrency", "0,2"),
+                                   ("--request-rate", "1,-2"), ("--concurrency", "1,2", "--request-rate", "1"),
+                                   ("--num-prompts", "4"), ("--concurrency", "1", "--csv", "x.csv")])
+def test_bad_sweep_flags_are_usage_errors(flags):
+    done = _loadgen("sweep", *flags, timeout=60)
+    assert done.returncode == 2 and "usage: loadgen sweep" in done.stderr
+
+
+def test_t_interval_on_known_numbers():
+    stat = interval([10.0, 12.0, 14.0])
+    assert stat["mean"] == 12.0 and stat["std"] == pytest.approx(2.0)
+    half = 4.3027 * 2.0 / 3 ** 0.5  # t(0.975, 2) = 4.3027
+    assert (stat["low"], stat["high"]) == pytest.approx((12.0 - half, 12.0 + half))
+    assert interval([5.0])["low"] is None and interval([None]) is None
+    assert t975(1) == pytest.approx(12.7062) and t975(100) == pytest.approx(1.98397, abs=1e-4)
+
+
+def test_significance_is_non_overlap_of_the_intervals():
+    a, b = interval([10.0, 10.2, 9.8]), interval([12.0, 12.2, 11.8])
+    assert significant(a, b) is True
+    assert significant(a, interval([10.1, 10.5, 9.9])) is False
+    assert significant(a, interval([12.0])) is None
+
+
+def _point(value: float, tput: float, ttft: float, e2e: float, bound: bool = False) -> dict:
+    run = {"output_throughput": tput, "median_ttft_ms": ttft, "p99_ttft_ms": ttft * 1.2,
+           "median_e2e_latency_ms": e2e, "client_bound": bound}
+    return aggregate(value, [run, run], SLO(ttft_ms=50.0), 99.0)
+
+
+def test_over_saturation_rule_both_ways():
+    prev = _point(4, 1000.0, 20.0, 200.0)
+    assert oversaturated(prev, _point(8, 1020.0, 45.0, 210.0))["stop"] is True  # flat, TTFT x2.25
+    assert oversaturated(prev, _point(8, 1020.0, 20.0, 320.0))["stop"] is True  # flat, E2E x1.6
+    assert oversaturated(prev, _point(8, 1800.0, 45.0, 400.0))["stop"] is False  # still growing
+    assert oversaturated(prev, _point(8, 1000.0, 25.0, 250.0))["stop"] is False  # flat, latency x1.25
+    assert oversaturated(prev, _point(8, 1000.0, 90.0, 900.0, bound=True))["stop"] is False
+
+
+def test_client_bound_points_are_left_out_of_the_answer():
+    points = [_point(1, 100, 10, 100), _point(2, 200, 20, 100), _point(4, 300, 30, 100, bound=True),
+              _point(8, 300, 90, 100)]
+    assert points[2]["slo"]["passed"] is None  # its latency meets the SLO, but it is not trusted
+    assert bracket(points) == {"highest_passing": 2, "lowest_failing": 8, "unknown": [4]}
+    points[3] = _point(8, 300, 30, 100, bound=True)
+    assert bracket(points) == {"highest_passing": 2, "lowest_failing": None, "unknown": [4, 8]}
+
+
+def test_bisection_steps():
+    assert next_probe(4, 8, integer=True, rel_tol=0.05) == 6
+    assert next_probe(6, 7, integer=True, rel_tol=0.05) is None
+    assert next_probe(2.0, 4.0, integer=False, rel_tol=0.05) == 3.0
+    assert next_probe(2.0, 2.05, integer=False, rel_tol=0.05) is None
+    assert next_probe(None, 4, integer=True, rel_tol=0.05) is None
+
+
+def _sweep(tputs: dict[int, list[float]]) -> dict:
+    points = [{"value": v, "phase": "sweep", "client_bound": False,
+               "metrics": {"output_throughput": interval(xs)}} for v, xs in tputs.items()]
+    return {"kind": "sweep", "variable": "concurrency", "points": points, "answer": None}
+
+
+def test_compare_marks_differences_outside_the_intervals():
+    base = _sweep({1: [100.0, 101.0, 99.0], 8: [500.0, 505.0, 495.0]})
+    other = _sweep({1: [100.5, 101.5, 99.5], 8: [600.0, 606.0, 594.0]})
+    console = Console(record=True, width=200)
+    compare_sweeps([base, other], ["base", "other"], console)
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if "output" in line}
+    assert rows["8"].rstrip("│ ").endswith("*") and "(1.20x)" in rows["8"]
+    assert not rows["1"].rstrip("│ ").endswith("*")
