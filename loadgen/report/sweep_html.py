@@ -95,9 +95,9 @@ def _points(sweep: dict, label: str) -> str:
     rows = []
     for p in sweep["points"]:
         slo = p.get("slo")
-        verdict = "-" if slo is None else {True: "<span class='good'>pass</span>",
-                                           False: "<span class='bad'>FAIL</span>",
-                                           None: "<span class='note'>unknown</span>"}[slo["passed"]]
+        verdict = "-" if slo is None else {"pass": "<span class='good'>pass</span>",
+                                           "fail": "<span class='bad'>FAIL</span>"}.get(
+            slo["verdict"], f"<span class='note'>{_e(slo['verdict'])}</span>")
         marks = [m for m, on in (("client-bound: not used", p["client_bound"]), ("search point", p["phase"] == "search"),
                                  ("over-saturated", (p.get("saturation") or {}).get("stop"))) if on]
         rows.append([f"{p['value']:g}"] + [_e(cell(p["metrics"].get(k))) for k in keys]

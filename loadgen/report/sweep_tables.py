@@ -33,7 +33,7 @@ def _verdict(point: dict) -> str:
     slo = point.get("slo")
     marks = []
     if slo is not None:
-        marks.append({True: "pass", False: "FAIL", None: "unknown"}[slo["passed"]])
+        marks.append({"pass": "pass", "fail": "FAIL"}.get(slo["verdict"], slo["verdict"]))
     if point.get("client_bound"):
         marks.append("client-bound")
     if (point.get("saturation") or {}).get("stop"):

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from loadgen import __version__
+from loadgen.measure.metrics import latencies
 from loadgen.plan.config import SLO, RunConfig, auto_workers
 from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.results import _jsonable, result_dict
@@ -27,7 +28,10 @@ from loadgen.sweep.search import (
 VARIABLES = ("concurrency", "request_rate")
 SEARCH_RULE = ("bisection between the highest passing and the lowest failing point: integers for "
                "concurrency (until they are adjacent), rates until (high - low) / low <= --rate-tolerance; "
-               "at most --search-steps extra points; stops at a client-bound point inside the bracket")
+               "at most --search-steps extra points; stops at a marginal point (the bound lies within its "
+               "interval: the SLO is crossed there, within the sampling noise) or a client-bound point "
+               "inside the bracket")
+POOLED = ("ttft", "tpot", "e2e_latency")
 SIGNIFICANCE_RULE = ("compare: a difference is significant when the two points' 95% Student-t intervals "
                      "over repeats do not overlap (needs >= 2 repeats on both sides)")
 
@@ -94,11 +98,14 @@ class Sweep:
     def run_point(self, value: float, phase: str) -> dict:
         """`repeats` full runs at `value`, aggregated; each repeat's whole results JSON is kept."""
         cfg, dcfg = point_configs(self.spec, self.cfg, self.dcfg, value)
-        runs = []
+        runs, pooled = [], {name: [] for name in POOLED}
         for i in range(self.spec.repeats):
             result = self.runner(cfg, dcfg)
             data = result_dict(result, {**vars(dcfg), **result.dataset_info}, label=self.label)
             runs.append(data)
+            lat = latencies(cfg, [r for r in result.records if r.ok])
+            for name in POOLED:
+                pooled[name] += lat[name]
             self.log(f"loadgen sweep: {self.spec.variable}={value:g} repeat {i + 1}/{self.spec.repeats}: "
                      f"{data.get('output_throughput') or 0:,.1f} output tok/s, TTFT p99 "
                      f"{data.get('p99_ttft_ms') or math.nan:,.1f} ms"
@@ -106,7 +113,7 @@ class Sweep:
             if result.interrupted:
                 self.interrupted = True
                 break
-        point = aggregate(value, runs, self.spec.slo, self.spec.slo_percentile, phase)
+        point = aggregate(value, runs, self.spec.slo, self.spec.slo_percentile, phase, pooled)
         point["runs"] = runs
         self.points.append(point)
         return point
@@ -134,6 +141,10 @@ class Sweep:
             if b["unknown"]:
                 self.search["stopped_because"] = f"client-bound point(s) {b['unknown']} inside the bracket"
                 return
+            if b["marginal"]:
+                self.search["stopped_because"] = (f"marginal point(s) {b['marginal']} inside the bracket: "
+                                                  "the bound lies within their interval")
+                return
             probe = next_probe(b["highest_passing"], b["lowest_failing"], self.spec.is_integer,
                                self.spec.rate_tolerance)
             if probe is None:
@@ -154,11 +165,14 @@ class Sweep:
         failed = low_fail["slo"]["failed"] if low_fail else []
         bounds = ", ".join(f"{k} <= {v:g} ms" for k, v in slo_keys(self.spec.slo, self.spec.slo_percentile))
         excluded = sorted(p["value"] for p in self.points if p["client_bound"])
-        text = (f"highest {self.spec.variable} meeting {bounds} (mean over repeats): "
+        text = (f"highest {self.spec.variable} meeting {bounds} (pooled over repeats, 95% interval): "
                 f"[{_fmt(b['highest_passing'])}, {_fmt(b['lowest_failing'])}]")
         if failed:
             text += " (at " + _fmt(b["lowest_failing"]) + ": " + "; ".join(
-                f"{f['metric']} {f['mean']:.1f} > {f['bound']:g}" for f in failed) + ")"
+                f"{f['metric']} {f['value']:.1f} [{f['low']:.1f}, {f['high']:.1f}] > {f['bound']:g}"
+                for f in failed) + ")"
+        if b["marginal"]:
+            text += f"; marginal (bound within the interval): {', '.join(map(_fmt, b['marginal']))}"
         if excluded:
             text += f"; client-bound, not used: {', '.join(map(_fmt, excluded))}"
         if b["unknown"]:

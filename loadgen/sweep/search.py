@@ -5,6 +5,10 @@ Pure functions over result dicts (`result_dict`'s JSON), so each rule is tested 
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from loadgen.measure.metrics import pct_key
 from loadgen.plan.config import SLO
 from loadgen.sweep.stats import interval
@@ -27,8 +31,14 @@ LATENCY_GROWTH = 1.5
 SATURATION_RULE = (f"stop after point i when mean output tok/s(i) < {THROUGHPUT_GROWTH} x mean output "
                    f"tok/s(i-1) and (mean TTFT p50(i) > {LATENCY_GROWTH} x mean TTFT p50(i-1) or mean E2E "
                    f"p50(i) > {LATENCY_GROWTH} x mean E2E p50(i-1)); client-bound points are not judged")
-SLO_RULE = ("a point passes when the mean over its repeats of each bounded percentile (TTFT, TPOT, E2E "
-            "at --slo-percentile) is <= its bound; a client-bound point (any repeat) is unknown and not used")
+SLO_RULE = ("each bounded latency (TTFT, TPOT, E2E) is pooled over the point's repeats (every successful "
+            "request); its --slo-percentile gets a 95% distribution-free interval from the order statistics "
+            "(normal approximation to the binomial ranks, clipped to the sample). The point passes when every "
+            "interval's high end is <= its bound, fails when any interval's low end is > its bound, and is "
+            "marginal otherwise (the bound lies within the sampling noise); a client-bound point (any "
+            "repeat) is unknown. Only passes and fails make the bracket")
+#: Two-sided 95%: the normal quantile of the rank interval.
+_Z975 = 1.959964
 
 
 def slo_keys(slo: SLO, percentile: float) -> list[tuple[str, float]]:
@@ -38,33 +48,78 @@ def slo_keys(slo: SLO, percentile: float) -> list[tuple[str, float]]:
     return [(f"{p}_{name}_ms", bound) for name, bound in pairs if bound is not None]
 
 
-def aggregate(value: float, runs: list[dict], slo: SLO, percentile: float, phase: str = "sweep") -> dict:
-    """One point: its value, phase (sweep or search), client-bound flag, intervals and SLO verdict."""
+def quantile_interval(values_ms, percentile: float) -> dict | None:
+    """`{n, value, low, high}`: the percentile of the pooled values (numpy's linear rule, as the
+    summary's) and its 95% distribution-free interval: the order statistics at ranks ⌊n·q − h⌋ and ⌈n·q + h⌉ + 1 (h = 1.96·√(n·q·(1−q))),
+    clipped to the sample (so with few values the high end is the largest one seen)."""
+    arr = np.sort(np.asarray(values_ms, dtype=np.float64))
+    n = arr.size
+    if n == 0:
+        return None
+    q = percentile / 100.0
+    half = _Z975 * math.sqrt(n * q * (1.0 - q))
+    lo = min(max(math.floor(n * q - half) - 1, 0), n - 1)
+    hi = min(max(math.ceil(n * q + half), 0), n - 1)
+    return {"n": int(n), "value": float(np.percentile(arr, percentile)), "low": float(arr[lo]),
+            "high": float(arr[hi])}
+
+
+def aggregate(value: float, runs: list[dict], slo: SLO, percentile: float, phase: str = "sweep",
+              pooled: dict[str, list[float]] | None = None) -> dict:
+    """One point: its value, phase (sweep or search), client-bound flag, intervals and SLO verdict.
+
+    `pooled` maps "ttft", "tpot", "e2e_latency" to every successful request's latency over the
+    repeats (ms); without it (a point rebuilt from saved runs) a bound is judged on the mean over
+    repeats of the runs' percentile, with no marginal state."""
     keys = [k for k, _ in HEADLINES] + [k for k, _ in slo_keys(slo, percentile)]
     metrics = {k: interval([run.get(k) for run in runs]) for k in dict.fromkeys(keys)}
     bound = any(bool(run.get("client_bound")) for run in runs)
     point = {"value": value, "phase": phase, "repeats": len(runs), "client_bound": bound,
              "failed_requests": sum(int(run.get("failed") or 0) for run in runs),
              "interrupted": any(bool(run.get("interrupted")) for run in runs), "metrics": metrics}
+    if pooled is not None:
+        point["pooled"] = {key: quantile_interval(pooled[name], percentile)
+                           for key, name in _pooled_names(slo, percentile)}
     point["slo"] = slo_verdict(point, slo, percentile) if slo.is_set else None
     return point
 
 
+def _pooled_names(slo: SLO, percentile: float) -> list[tuple[str, str]]:
+    prefix = f"{pct_key(percentile)}_"
+    return [(key, key[len(prefix):-len("_ms")]) for key, _ in slo_keys(slo, percentile)]
+
+
+def _bound_stat(point: dict, key: str) -> dict | None:
+    """`{value, low, high}` of a bounded figure: the pooled interval, else the mean over repeats."""
+    if "pooled" in point:
+        return point["pooled"].get(key)
+    stat = point["metrics"].get(key)
+    return None if stat is None else {"value": stat["mean"], "low": stat["mean"], "high": stat["mean"]}
+
+
 def slo_verdict(point: dict, slo: SLO, percentile: float) -> dict:
-    """`{passed, failed: [{metric, mean, bound}]}`; passed is None (unknown) for a client-bound point
-    or when a bounded figure is missing (no request succeeded)."""
-    failed, missing = [], []
+    """`{verdict, passed, failed, marginal}` (SLO_RULE): verdict is pass, fail, marginal or unknown
+    (client-bound, or no request succeeded); passed is True, False or None for the last two."""
+    failed, marginal, missing = [], [], []
     for key, bound in slo_keys(slo, percentile):
-        stat = point["metrics"].get(key)
+        stat = _bound_stat(point, key)
         if stat is None:
             missing.append(key)
-        elif stat["mean"] > bound:
-            failed.append({"metric": key, "mean": stat["mean"], "bound": bound})
+            continue
+        entry = {"metric": key, "value": stat["value"], "low": stat["low"], "high": stat["high"], "bound": bound}
+        if stat["low"] > bound:
+            failed.append(entry)
+        elif stat["high"] > bound:
+            marginal.append(entry)
     if point["client_bound"]:
-        return {"passed": None, "why": "client-bound: not used", "failed": failed}
+        return {"verdict": "unknown", "passed": None, "why": "client-bound: not used", "failed": failed,
+                "marginal": marginal}
     if missing:
-        return {"passed": None, "why": f"no value for {', '.join(missing)}", "failed": failed}
-    return {"passed": not failed, "failed": failed}
+        return {"verdict": "unknown", "passed": None, "why": f"no value for {', '.join(missing)}",
+                "failed": failed, "marginal": marginal}
+    verdict = "fail" if failed else "marginal" if marginal else "pass"
+    return {"verdict": verdict, "passed": {"pass": True, "fail": False}.get(verdict), "failed": failed,
+            "marginal": marginal}
 
 
 def _mean(point: dict, key: str) -> float | None:
@@ -92,20 +147,23 @@ def oversaturated(prev: dict, cur: dict) -> dict:
 
 
 def bracket(points: list[dict]) -> dict:
-    """From judged points: `{highest_passing, lowest_failing, unknown}`.
+    """From judged points: `{highest_passing, lowest_failing, unknown, marginal}`.
 
     lowest_failing is the smallest value that failed; highest_passing the largest value below it
-    that passed (the largest passing value when none failed); unknown lists the values with no
-    verdict (client-bound) between them, which the answer does not use."""
+    that passed (the largest passing value when none failed); unknown (client-bound) and marginal
+    list the values between them that the answer does not use."""
     judged = sorted((p for p in points if p.get("slo")), key=lambda p: p["value"])
-    fails = [p["value"] for p in judged if p["slo"]["passed"] is False]
+    fails = [p["value"] for p in judged if p["slo"]["verdict"] == "fail"]
     low_fail = min(fails) if fails else None
-    passes = [p["value"] for p in judged if p["slo"]["passed"] and (low_fail is None or p["value"] < low_fail)]
+    passes = [p["value"] for p in judged if p["slo"]["verdict"] == "pass" and (low_fail is None or p["value"] < low_fail)]
     high_pass = max(passes) if passes else None
-    unknown = [p["value"] for p in judged if p["slo"]["passed"] is None
-               and (high_pass is None or p["value"] > high_pass)
-               and (low_fail is None or p["value"] < low_fail)]
-    return {"highest_passing": high_pass, "lowest_failing": low_fail, "unknown": unknown}
+
+    def inside(verdict: str) -> list:
+        return [p["value"] for p in judged if p["slo"]["verdict"] == verdict
+                and (high_pass is None or p["value"] > high_pass) and (low_fail is None or p["value"] < low_fail)]
+
+    return {"highest_passing": high_pass, "lowest_failing": low_fail, "unknown": inside("unknown"),
+            "marginal": inside("marginal")}
 
 
 def next_probe(low: float | None, high: float | None, integer: bool, rel_tol: float) -> float | None:

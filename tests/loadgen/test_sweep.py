@@ -14,7 +14,7 @@ from rich.console import Console
 from loadgen.plan.config import SLO
 from loadgen.report.sweep_tables import compare_sweeps
 from loadgen.selftest.testserver import spawn
-from loadgen.sweep.search import aggregate, bracket, next_probe, oversaturated
+from loadgen.sweep.search import aggregate, bracket, next_probe, oversaturated, quantile_interval
 from loadgen.sweep.stats import interval, significant, t975
 
 # NOTE: a request takes 20 + 9 x 15 = 155 ms; above --capacity a request waits for a whole one, so its
@@ -136,9 +136,37 @@ def test_client_bound_points_are_left_out_of_the_answer():
     points = [_point(1, 100, 10, 100), _point(2, 200, 20, 100), _point(4, 300, 30, 100, bound=True),
               _point(8, 300, 90, 100)]
     assert points[2]["slo"]["passed"] is None  # its latency meets the SLO, but it is not trusted
-    assert bracket(points) == {"highest_passing": 2, "lowest_failing": 8, "unknown": [4]}
+    assert bracket(points) == {"highest_passing": 2, "lowest_failing": 8, "unknown": [4], "marginal": []}
     points[3] = _point(8, 300, 30, 100, bound=True)
-    assert bracket(points) == {"highest_passing": 2, "lowest_failing": None, "unknown": [4, 8]}
+    assert bracket(points) == {"highest_passing": 2, "lowest_failing": None, "unknown": [4, 8], "marginal": []}
+
+
+def test_quantile_interval_brackets_the_percentile_with_order_statistics():
+    values = list(range(1, 1001))  # 1..1000 ms: p99 = 990.01
+    q = quantile_interval(values, 99.0)
+    # ranks floor(990 - 1.96 * sqrt(9.9)) = 983 and ceil(990 + 6.17) + 1 = 998 (1-based)
+    assert q["n"] == 1000 and q["value"] == pytest.approx(990.01)
+    assert (q["low"], q["high"]) == (983.0, 998.0)
+    few = quantile_interval([5.0, 1.0, 3.0], 99.0)
+    assert few["high"] == 5.0 and few["low"] <= few["value"] <= few["high"]  # clipped to the sample
+    assert quantile_interval([], 99.0) is None
+
+
+def test_pooled_verdict_is_pass_fail_or_marginal():
+    slo = SLO(ttft_ms=990.0)
+    run = {"output_throughput": 1.0, "client_bound": False}
+
+    def verdict(values):
+        return aggregate(1, [run], slo, 99.0, pooled={"ttft": values, "tpot": [], "e2e_latency": []})["slo"]
+
+    assert verdict(list(range(1, 1001)))["verdict"] == "marginal"  # 990 inside [983, 998]
+    assert verdict([v * 0.9 for v in range(1, 1001)])["verdict"] == "pass"  # high end 898 <= 990
+    failed = verdict([v * 1.1 for v in range(1, 1001)])
+    assert failed["verdict"] == "fail" and failed["passed"] is False  # low end 1081 > 990
+    assert failed["failed"][0]["low"] == pytest.approx(1081.3)
+    points = [aggregate(v, [run], slo, 99.0, pooled={"ttft": [x * f for x in range(1, 1001)]})
+              for v, f in ((1, 0.5), (2, 1.0), (4, 2.0))]
+    assert bracket(points) == {"highest_passing": 1, "lowest_failing": 4, "unknown": [], "marginal": [2]}
 
 
 def test_bisection_steps():
