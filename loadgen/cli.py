@@ -16,7 +16,16 @@ from rich.live import Live
 from rich.text import Text
 
 from loadgen import argtypes as at
-from loadgen.plan.config import BACKEND_ALIASES, DATASETS, SLO, TRANSPORTS, RunConfig, auto_workers
+from loadgen.plan.config import (
+    BACKEND_ALIASES,
+    DATASETS,
+    RAY_STRATEGIES,
+    SLO,
+    TRANSPORTS,
+    RayConfig,
+    RunConfig,
+    auto_workers,
+)
 from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
@@ -123,8 +132,37 @@ def build_parser() -> argparse.ArgumentParser:
       help="seconds between scrapes (default 1)")
     a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
       help="width of the timeline's intervals in seconds (default 1)")
+    _add_ray_flags(p)
     _add_compat_flags(p)
     return p
+
+
+def _add_ray_flags(p: argparse.ArgumentParser) -> None:
+    """Workers as Ray actors across a cluster's hosts (`pip install 'serving-hotpaths[ray]'`)."""
+    g = p.add_argument_group("Ray cluster (workers on several hosts)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="run the workers as Ray actors: auto (a running cluster), local (start one "
+                   "here), ray://HOST:PORT (Ray Client) or a GCS HOST:PORT; --workers is then the total "
+                   "(default: one per CPU of every alive node)")
+    g.add_argument("--ray-strategy", choices=RAY_STRATEGIES, default=RayConfig.strategy,
+                   help="placement of the workers over the nodes (default SPREAD)")
+
+
+def ray_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RayConfig | None:
+    """The RayConfig for --ray-address (usage error when ray is not installed); None without it."""
+    if args.ray_address is None:
+        if args.ray_strategy != RayConfig.strategy:
+            parser.error("--ray-strategy needs --ray-address")
+        return None
+    try:
+        import ray  # noqa: F401 - only to say early and clearly that it is missing
+    except ImportError as exc:
+        parser.error(f"--ray-address needs ray ({exc}): pip install 'serving-hotpaths[ray]'")
+    try:
+        return RayConfig(address=args.ray_address, strategy=args.ray_strategy,
+                         is_auto_workers=args.workers == "auto")
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _add_compat_flags(p: argparse.ArgumentParser) -> None:
@@ -287,6 +325,7 @@ def _run(argv: list[str]) -> int:
         cfg, dcfg = config_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    ray_cfg = ray_config(args, parser)
     if (note := convention_note(dcfg)) is not None and not args.quiet:
         print(note, file=sys.stderr)
     if (note := memory_note(cfg, available_memory_bytes())) is not None:
@@ -296,11 +335,11 @@ def _run(argv: list[str]) -> int:
     console = Console(stderr=True)
     try:
         if args.quiet or not console.is_terminal:
-            result = run(cfg, dcfg)
+            result = run(cfg, dcfg, ray_cfg=ray_cfg)
         else:
             cfg = dataclasses.replace(cfg, live=True)
             with Live(Text("starting..."), console=console, refresh_per_second=4) as live:
-                result = run(cfg, dcfg, LivePanel(cfg, live.update))
+                result = run(cfg, dcfg, LivePanel(cfg, live.update), ray_cfg)
     except SetupError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 1

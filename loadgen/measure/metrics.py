@@ -191,6 +191,7 @@ def steady_lags(h: WorkerHealth) -> tuple[np.ndarray | None, float | None]:
 def _worker_health(h: WorkerHealth, reasons: list[str], notes: list[str]) -> dict:
     lag = np.asarray(h.loop_lag_ms or [0.0])
     steady, cut = steady_lags(h)
+    num_reasons, name = len(reasons), f"worker {h.worker}" + (f" on {h.host}" if h.host else "")
     w = {"worker": h.worker, "cpu_s": h.cpu_s, "wall_s": h.wall_s, "cpu_share": h.cpu_share,
          "loop_lag_p50_ms": float(np.median(lag)), "loop_lag_p99_ms": float(np.percentile(lag, 99)),
          "loop_lag_max_ms": float(lag.max()),
@@ -201,16 +202,31 @@ def _worker_health(h: WorkerHealth, reasons: list[str], notes: list[str]) -> dic
          "cpu_us_per_event": ((h.cpu_s + h.parse_cpu_s) * 1e6 / h.num_events) if h.num_events else None,
          "sys_cpu_s": h.sys_cpu_s, "sleeps_per_s": h.num_sleeps / h.wall_s if h.wall_s > 0 else 0.0}
     if h.cpu_share >= CLIENT_BOUND_CPU_SHARE:
-        reasons.append(f"worker {h.worker} used {h.cpu_share:.0%} of a core")
+        reasons.append(f"{name} used {h.cpu_share:.0%} of a core")
     p99, steady_p99 = w["loop_lag_p99_ms"], w["loop_lag_steady_p99_ms"]
     if p99 >= CLIENT_BOUND_LOOP_LAG_MS and steady_p99 is not None and steady_p99 < CLIENT_BOUND_LOOP_LAG_MS:
-        notes.append(f"worker {h.worker} event-loop lag p99 {p99:.1f} ms came from the start-up burst of "
+        notes.append(f"{name} event-loop lag p99 {p99:.1f} ms came from the start-up burst of "
                      f"{h.limit} streams (first {cut:.1f} s); steady state p99 {steady_p99:.1f} ms "
                      "(--ramp-up spreads the start)")
     elif p99 >= CLIENT_BOUND_LOOP_LAG_MS:
         where = "" if steady_p99 is None else f" (steady state after {cut:.1f} s: {steady_p99:.1f} ms)"
-        reasons.append(f"worker {h.worker} event-loop lag p99 {p99:.1f} ms{where}")
+        reasons.append(f"{name} event-loop lag p99 {p99:.1f} ms{where}")
+    w["client_bound"] = len(reasons) > num_reasons
+    if h.node_id:
+        w.update(host=h.host, node_id=h.node_id, streams=h.limit)
     return w
+
+
+def _host_health(health: list[WorkerHealth], workers: list[dict]) -> list[dict]:
+    """Per host (Ray node): its workers, its streams, and whether any of its workers was client-bound."""
+    hosts: dict[str, dict] = {}
+    for h, w in zip(health, workers, strict=True):
+        e = hosts.setdefault(h.node_id, {"host": h.host, "node_id": h.node_id, "workers": [], "streams": 0,
+                                         "client_bound": False})
+        e["workers"].append(h.worker)
+        e["streams"] += h.limit
+        e["client_bound"] = e["client_bound"] or w["client_bound"]
+    return list(hosts.values())
 
 
 def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[float],
@@ -230,9 +246,12 @@ def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[
     verdict: bool | None = bool(reasons)
     if num_ok == 0:
         verdict, reasons = None, ["not judged: no request succeeded"]
-    return {"client_bound": verdict, "client_bound_reasons": reasons, "client_health_notes": notes,
-            "workers": workers, "mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
-            "max_send_lag_ms": float(lag.max())}
+    out = {"client_bound": verdict, "client_bound_reasons": reasons, "client_health_notes": notes,
+           "workers": workers}
+    if any(h.node_id for h in health):
+        out["hosts"] = _host_health(health, workers)  # NOTE: client-bound when any host is
+    return out | {"mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
+                  "max_send_lag_ms": float(lag.max())}
 
 
 def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerHealth],

@@ -165,6 +165,31 @@ class RunConfig:
         return base + (1 if worker < extra else 0)
 
 
+RAY_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """Where the workers run when they are Ray actors (`--ray-address`); validated in __post_init__.
+
+    `address`: `auto` (a running cluster), `local` (start one here, shut it down after), `ray://…`
+    (Ray Client) or a GCS `host:port`. `is_auto_workers`: one worker per CPU of every alive node.
+    The `test_*` fields are test hooks, not flags: a clock skew (ns) injected into a worker's
+    process, and a worker whose process exits after that many finished requests."""
+
+    address: str = "local"
+    strategy: str = "SPREAD"
+    is_auto_workers: bool = False
+    test_clock_skew_ns: dict[int, int] = field(default_factory=dict)
+    test_exit_after: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.address:
+            raise ValueError("--ray-address must not be empty")
+        if self.strategy not in RAY_STRATEGIES:
+            raise ValueError(f"--ray-strategy must be one of {RAY_STRATEGIES}")
+
+
 def auto_workers(concurrency: int | None) -> int:
     """One worker per STREAMS_PER_AUTO_WORKER streams, at most one per usable core."""
     cores = len(os.sched_getaffinity(0))
