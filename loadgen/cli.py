@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
       help="where the server's Prometheus metrics are (default: BASE_URL/metrics)")
     a("--server-metrics-interval", type=at.positive_float(), default=_RC.server_metrics_interval_s,
       help="seconds between scrapes (default 1)")
+    a("--itl-sketch", action="store_true",
+      help="ITL percentiles from a log histogram within 1%% (mean and max stay exact); automatic past "
+      "20M ITL samples, where the exact lists would hold about 1.3 GiB")
     a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
       help="width of the timeline's intervals in seconds (default 1)")
     _add_ray_flags(p)
@@ -233,6 +236,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         ramp_up_end_rps=args.ramp_up_end_rps, continuous_usage=args.continuous_usage,
         server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
+        itl_sketch=args.itl_sketch,
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=num_prompts or 1, random_input_len=args.random_input_len,

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 
 from loadgen.measure.records import RequestRecord, WorkerHealth
+from loadgen.measure.sketch import ITL_SKETCH_AUTO_SAMPLES, LogHistogram, SketchBuilder, value_stats
 from loadgen.plan.config import (
     CLIENT_BOUND_CPU_SHARE,
     CLIENT_BOUND_LOOP_LAG_MS,
@@ -29,19 +30,19 @@ def pct_key(p: float) -> str:
     return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
 
 
-def _dist(name: str, values_ms: list[float] | np.ndarray, percentiles) -> dict:
-    arr = np.asarray(values_ms, dtype=np.float64)
+def _dist(name: str, values_ms: list[float] | np.ndarray | LogHistogram, percentiles) -> dict:
+    num, mean, std, vmax, pcts = value_stats(values_ms, [50.0, *percentiles])
     out: dict = {}
-    if arr.size == 0:
+    if num == 0:
         out.update({f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None})
         out.update({f"{pct_key(p)}_{name}_ms": None for p in percentiles})
         return out
-    out[f"mean_{name}_ms"] = float(arr.mean())
-    out[f"median_{name}_ms"] = float(np.median(arr))
-    out[f"std_{name}_ms"] = float(arr.std())
-    for p, v in zip(percentiles, np.percentile(arr, list(percentiles)), strict=True):
+    out[f"mean_{name}_ms"] = mean
+    out[f"median_{name}_ms"] = float(pcts[0])
+    out[f"std_{name}_ms"] = std
+    for p, v in zip(percentiles, pcts[1:], strict=True):
         out[f"{pct_key(p)}_{name}_ms"] = float(v)
-    out[f"max_{name}_ms"] = float(arr.max())
+    out[f"max_{name}_ms"] = vmax
     return out
 
 
@@ -73,9 +74,17 @@ def itl_ms(rec: RequestRecord) -> np.ndarray:
     return np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) / 1e6
 
 
+def is_itl_sketched(cfg: RunConfig, ok: list[RequestRecord]) -> bool:
+    """Whether ITL goes into a sketch: --itl-sketch, or past ITL_SKETCH_AUTO_SAMPLES gaps."""
+    return cfg.itl_sketch or sum(max(len(r.chunk_ns) - 1, 0) for r in ok) > ITL_SKETCH_AUTO_SAMPLES
+
+
 def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
-    """Per-request (TTFT, TPOT, E2E) and per-event (ITL) latencies in ms of successful records."""
+    """Per-request (TTFT, TPOT, E2E) and per-event (ITL) latencies in ms of successful records;
+    the two ITL entries are LogHistograms when `is_itl_sketched`."""
     lat: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    if is_itl_sketched(cfg, ok):
+        return _sketched_itl(cfg, ok, lat)
     for r in ok:
         t0 = origin_ns(cfg, r)
         e2e = (r.end_ns - t0) / 1e6
@@ -90,6 +99,23 @@ def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]
         if len(r.chunk_tokens) == len(r.chunk_ns) and gaps.size:
             tok = np.maximum(np.asarray(r.chunk_tokens[1:]), 1.0)
             lat["itl_per_token"].extend((gaps / tok).tolist())
+    return lat
+
+
+def _sketched_itl(cfg: RunConfig, ok: list[RequestRecord], lat: dict) -> dict:
+    itl, per_token = SketchBuilder(), SketchBuilder()
+    for r in ok:
+        t0 = origin_ns(cfg, r)
+        lat["e2e_latency"].append((r.end_ns - t0) / 1e6)
+        if r.first_token_ns is not None:
+            lat["ttft"].append((r.first_token_ns - t0) / 1e6)
+            if (tpot := tpot_ms(r)) is not None:
+                lat["tpot"].append(tpot)
+        gaps = itl_ms(r)
+        itl.extend(gaps)
+        if len(r.chunk_tokens) == len(r.chunk_ns) and gaps.size:
+            per_token.extend(gaps / np.maximum(np.asarray(r.chunk_tokens[1:]), 1.0))
+    lat["itl"], lat["itl_per_token"] = itl.flush(), per_token.flush()
     return lat
 
 
@@ -295,6 +321,8 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     }
     for name in LATENCY_METRICS:
         summary.update(_dist(name, lat[name], cfg.percentiles))
+    summary["itl_percentiles"] = (f"sketch (log histogram, within {lat['itl'].alpha:.0%})"
+                                  if isinstance(lat["itl"], LogHistogram) else "exact")
     if (split := ttft_split(cfg, ok)) is not None:
         summary["ttft_split"] = split
     summary["errors"] = _errors(records)

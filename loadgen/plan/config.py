@@ -80,6 +80,7 @@ class RunConfig:
     server_metrics_interval_s: float = 1.0
     timeline_interval_s: float = 1.0
     live: bool = False  # workers publish approximate TTFTs for the live panel
+    itl_sketch: bool = False  # ITL percentiles from a mergeable 1% sketch (measure/sketch.py)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
