@@ -171,9 +171,15 @@ class RayPool:
                              f"{rcfg.strategy} within {PLACEMENT_TIMEOUT_S:g} s (alive nodes: "
                              f"{_alive_cpus()}); lower --workers or change --ray-strategy")
         self.actors = [self._actor(plan, i) for i, plan in enumerate(plans)]
-        self.infos = ray.get([a.info.remote() for a in self.actors], timeout=CALL_TIMEOUT_S)
-        with ThreadPoolExecutor(max_workers=min(8, len(plans))) as ex:
-            self.clocks = list(ex.map(estimate_offset, self.actors))
+        try:
+            self.infos = ray.get([a.info.remote() for a in self.actors], timeout=CALL_TIMEOUT_S)
+            with ThreadPoolExecutor(max_workers=min(8, len(plans))) as ex:
+                self.clocks = list(ex.map(estimate_offset, self.actors))
+        except BaseException as exc:  # NOTE: Ctrl-C or a failed start: leave nothing behind
+            self.close()
+            if isinstance(exc, RayError):
+                raise SetupError(f"the Ray workers did not start: {type(exc).__name__}: {exc}") from None
+            raise
         self.refs = [a.run.remote() for a in self.actors]
         self.ready_refs = [a.wait_ready.remote() for a in self.actors]
         self.results: dict[int, WorkerResult | None] = {}
