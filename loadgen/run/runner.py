@@ -1,5 +1,8 @@
 """The parent process: builds the work, starts the workers, shows progress, merges the records.
 
+The workers are forked here (`_Pool`) or, with `--ray-address`, Ray actors on a cluster
+(`run/ray_pool.py`, same interface); `run()` picks one at start-up.
+
 Ctrl-C sets a shared stop event: workers cancel what is in flight and send back what finished, so a
 partial run is still summarised and written. A run is bounded: workers that do not answer within
 `--timeout` plus a grace period after the stop are terminated.
