@@ -36,7 +36,9 @@ def _cfg(server, **kw) -> RunConfig:
 @pytest.mark.timeout(120)
 def test_local_cluster_runs_two_workers_with_exact_counts(start_server):
     server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "8")
-    result = run(_cfg(server, concurrency=8, num_prompts=48, workers=2), SMALL, ray_cfg=RayConfig("local"))
+    seen: list[dict] = []
+    result = run(_cfg(server, concurrency=8, num_prompts=48, workers=2), SMALL,
+                 lambda totals, elapsed, scraper: seen.append(totals), RayConfig("local"))
     s = result.summary
     assert s["completed"] == 48 and s["failed"] == 0 and s["total_output_tokens"] == 48 * 8
     assert sorted(r.index for r in result.records) == list(range(48))
@@ -47,6 +49,8 @@ def test_local_cluster_runs_two_workers_with_exact_counts(start_server):
         assert 0 < clock["uncertainty_ms"] and abs(clock["offset_ms"]) <= clock["uncertainty_ms"]
     assert [h["node_id"] for h in s["client_health"]["hosts"]] == [host["node_id"]]
     assert s["startup_s"] > 0
+    # the live counters were read from the actors while they ran
+    assert seen and all(0 <= t["done"] <= 48 and t["errors"] == 0 for t in seen)
     assert not ray.is_initialized()  # the local cluster was shut down
 
 
