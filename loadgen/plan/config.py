@@ -175,14 +175,16 @@ class RayConfig:
 
     `address`: `auto` (a running cluster), `local` (start one here, shut it down after), `ray://…`
     (Ray Client) or a GCS `host:port`. `is_auto_workers`: one worker per CPU of every alive node.
-    The `test_*` fields are test hooks, not flags: a clock skew (ns) injected into a worker's
-    process, and a worker whose process exits after that many finished requests."""
+    The `test_*` fields are test hooks, not flags (worker -> value): a clock skew (ns) injected
+    into a worker's process, a worker whose process exits, or whose event loop hangs (the process
+    still answering Ray calls), after that many finished requests."""
 
     address: str = "local"
     strategy: str = "SPREAD"
     is_auto_workers: bool = False
     test_clock_skew_ns: dict[int, int] = field(default_factory=dict)
     test_exit_after: dict[int, int] = field(default_factory=dict)
+    test_hang_after: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.address:

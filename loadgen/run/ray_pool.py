@@ -21,6 +21,7 @@ This module imports ray at its top: the runner imports it only when `--ray-addre
 from __future__ import annotations
 
 import array
+import asyncio
 import logging
 import os
 import socket
@@ -68,8 +69,8 @@ class _Gate:
 class WorkerActor:
     """One worker process on some node of the cluster (used through `ray.remote`)."""
 
-    def __init__(self, cfg: RunConfig, plan: WorkerPlan, exit_after: int | None = None) -> None:
-        self.cfg, self.plan, self.exit_after = cfg, plan, exit_after
+    def __init__(self, cfg: RunConfig, plan: WorkerPlan, fail_after: tuple[int, str] | None = None) -> None:
+        self.cfg, self.plan, self.fail_after = cfg, plan, fail_after
         # NOTE: _Worker writes its slots at plan.worker * NUM_COUNTERS; the array is sized for that.
         self.counters = array.array("q", bytes(8 * NUM_COUNTERS * (plan.worker + 1)))
         self.base = plan.worker * NUM_COUNTERS
@@ -88,10 +89,15 @@ class WorkerActor:
         """Run the plan on uvloop (blocks until done); the WorkerResult, msgpack-encoded."""
         import uvloop
 
-        if self.exit_after is not None:
-            threading.Thread(target=self._exit_after, args=(self.exit_after,), daemon=True).start()
+        if self.fail_after is not None:
+            threading.Thread(target=self._fail_after, args=self.fail_after, daemon=True).start()
         worker = _Worker(self.cfg, self.plan, self.counters, self.stop_event)
-        return msgspec.msgpack.encode(uvloop.run(worker.run(self.gate, self.gate)))
+
+        async def main() -> WorkerResult:
+            self.loop = asyncio.get_running_loop()
+            return await worker.run(self.gate, self.gate)
+
+        return msgspec.msgpack.encode(uvloop.run(main()))
 
     def wait_ready(self) -> bool:
         """Block until the warm-up is done and the worker waits for its start."""
@@ -110,10 +116,14 @@ class WorkerActor:
         """Ctrl-C: cancel what is in flight and return what finished."""
         self.stop_event.set()
 
-    def _exit_after(self, num_done: int) -> None:
-        # NOTE: test hook only (RayConfig.test_exit_after): a worker process lost mid-run.
+    def _fail_after(self, num_done: int, how: str) -> None:
+        # NOTE: test hook only (RayConfig.test_exit_after / test_hang_after): a worker process lost
+        # mid-run, or one whose event loop hangs while the process still answers Ray calls.
         while self.counters[self.base + LiveCount.DONE] < num_done:
             time.sleep(0.005)
+        if how == "hang":
+            self.loop.call_soon_threadsafe(time.sleep, 3600)
+            return
         os._exit(1)
 
 
@@ -188,7 +198,9 @@ class RayPool:
         self.live_cache = [[0] * NUM_COUNTERS for _ in plans]
         self.start_ns = SimpleNamespace(value=0)
         self.startup_s: float | None = None
-        self.created_ns, self.first_done_ns = created_ns, None
+        self.created_ns = created_ns
+        self.alive_ns = [now_ns()] * len(plans)
+        self.live_refs: dict = {}
 
     def _actor(self, plan: WorkerPlan, bundle: int):
         env = {"PYTHONPATH": _package_path()}
@@ -197,7 +209,7 @@ class RayPool:
         return _REMOTE.options(
             num_cpus=1, max_concurrency=ACTOR_THREADS, runtime_env={"env_vars": env},
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
-        ).remote(self.cfg, plan, self.rcfg.test_exit_after.get(plan.worker))
+        ).remote(self.cfg, plan, _fail_hook(self.rcfg, plan.worker))
 
     def _try_start(self) -> None:
         """Once every worker is warm (or gone), send the start: now + a delay that covers the calls."""
@@ -222,13 +234,15 @@ class RayPool:
             ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
         for ref in ready:
             self._collect(self.refs.index(ref))
-        if self.results and self.first_done_ns is None:
-            self.first_done_ns = now_ns()
-        # NOTE: after the first worker is done the others' last requests end within --timeout;
-        # past that plus a grace a silent worker (a hung node) is given up, never waited for.
-        if self.first_done_ns is not None and not self.is_done:
-            if now_ns() - self.first_done_ns > (self.cfg.timeout_s + STOP_GRACE_S) * 1e9:
-                self.terminate()
+        self._read_live()
+        # NOTE: every request ends within --timeout, so a worker with requests in flight moves its
+        # counters at least that often; one that neither moves nor answers idle for --timeout plus
+        # a grace (a hung process, a partitioned node) is given up, never waited for.
+        stalled_ns = (self.cfg.timeout_s + STOP_GRACE_S) * 1e9
+        for i in range(len(self.actors)):
+            if i not in self.results and now_ns() - self.alive_ns[i] > stalled_ns:
+                ray.kill(self.actors[i])
+                self._lose(i, f"no progress for --timeout + {STOP_GRACE_S:g} s")
 
     def _collect(self, i: int) -> None:
         try:
@@ -255,16 +269,27 @@ class RayPool:
                           is_exact_input_len=it.is_exact_input_len, output_len_asked=it.output_len)
             for it in self.plans[i].items]
 
-    def totals(self) -> dict:
-        """The live counters summed over the workers (the last values read from a slow one)."""
-        alive = [i for i in range(len(self.actors)) if i not in self.results]
-        refs = {self.actors[i].live.remote(): i for i in alive}
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=LIVE_TIMEOUT_S)
+    def _read_live(self) -> None:
+        """Read the running workers' live counters (a slow one keeps its last values); a worker
+        shows it is alive when its counters moved or it answered with nothing in flight."""
+        # NOTE: one call in flight per worker, kept across polls, so a far host's slow answers
+        # still count (a new call only once the last one answered).
+        for i in range(len(self.actors)):
+            if i not in self.results and i not in self.live_refs.values():
+                self.live_refs[self.actors[i].live.remote()] = i
+        ready, _ = ray.wait(list(self.live_refs), num_returns=len(self.live_refs), timeout=LIVE_TIMEOUT_S)
         for ref in ready:
+            i = self.live_refs.pop(ref)
             try:
-                self.live_cache[refs[ref]] = ray.get(ref)
+                live = ray.get(ref)
             except RayError:
-                pass  # NOTE: a lost worker is reported by poll(), which reads its run() result
+                continue  # NOTE: a lost worker is reported by poll(), which reads its run() result
+            if live != self.live_cache[i] or live[LiveCount.IN_FLIGHT] == 0:
+                self.alive_ns[i] = now_ns()
+            self.live_cache[i] = live
+
+    def totals(self) -> dict:
+        """The live counters summed over the workers, as last read by `poll`."""
         return live_totals([v for c in self.live_cache for v in c])
 
     @property
@@ -324,6 +349,14 @@ def estimate_offset(actor, rounds: int = CLOCK_ROUNDS) -> tuple[int, int]:
             best = (rtt, theirs - (sent + rtt // 2))
     assert best is not None
     return best[1], (best[0] + 1) // 2
+
+
+def _fail_hook(rcfg: RayConfig, worker: int) -> tuple[int, str] | None:
+    if worker in rcfg.test_exit_after:
+        return rcfg.test_exit_after[worker], "exit"
+    if worker in rcfg.test_hang_after:
+        return rcfg.test_hang_after[worker], "hang"
+    return None
 
 
 def _shift(rec: RequestRecord, off: int) -> None:

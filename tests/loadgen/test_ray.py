@@ -98,3 +98,15 @@ def test_a_lost_worker_ends_the_run_with_its_items_as_worker_lost(start_server, 
     assert {r.worker for r in result.records if r.error_class == "worker_lost"} == {0}
     lost = [h for h in s["cluster"]["hosts"] if h["workers_lost"]]
     assert len(lost) == 1 and lost[0]["workers_lost"] == [0]
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_worker_is_given_up_after_timeout_and_grace(start_server, two_nodes):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "5", "--num-tokens", "8")
+    ray_cfg = RayConfig(two_nodes.address, test_hang_after={1: 3})
+    # the process lives and answers Ray, but its loop is stuck: only the stall rule (no counter
+    # moved with requests in flight for --timeout 2 s + the grace) ends it
+    result = run(_cfg(server, concurrency=4, num_prompts=40, workers=2, timeout_s=2.0), SMALL, ray_cfg=ray_cfg)
+    s = result.summary
+    assert s["workers_lost"] == 1 and s["completed"] == 20 and s["errors"]["worker_lost"]["count"] == 20
+    assert "no progress" in s["errors"]["worker_lost"]["example"]
