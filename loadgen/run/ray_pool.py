@@ -128,9 +128,11 @@ class WorkerActor:
 
 
 def _package_path() -> str:
-    """PYTHONPATH for the actors: the folder holding this `loadgen` (a worktree or an install)."""
+    """PYTHONPATH for the actors: the folder holding the driver's `loadgen` (a worktree or an
+    install) ahead of the node's own PYTHONPATH (Ray expands `${PYTHONPATH}` on the node); a host
+    without that folder imports its installed loadgen."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(loadgen.__file__)))
-    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return f"{root}{os.pathsep}${{PYTHONPATH}}"
 
 
 class RayCluster:
