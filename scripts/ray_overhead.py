@@ -5,8 +5,9 @@
 Starts the scripted server (`loadgen.selftest.testserver`, paced: TTFT 20 ms, 20 ms between
 tokens, 64 tokens), then runs `python -m loadgen` against it alternately with forked workers
 ("fork") and with `--ray-address local` ("ray", a Ray cluster started and stopped by each run),
-the order rotating from pair to pair. Each row: throughput and latency percentiles, start-up
-(`summary.startup_s`: from creating the pool to the workers' agreed start, warm-up included) and
+the order rotating from pair to pair. Each row: throughput and latency percentiles, `connect_s`
+(ray.init: starting the local cluster), start-up (`summary.startup_s`: from creating the pool to
+the workers' agreed start, warm-up included), the whole process's wall time and
 the workers' own CPU per content event (read + parse, summed over the workers, over their events).
 Then the medians per arm and ray / fork.
 
@@ -36,8 +37,8 @@ from loadgen.selftest.testserver import spawn  # noqa: E402
 
 ARMS = {"fork": (), "ray": ("--ray-address", "local")}
 COLUMNS = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms",
-           "p99_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms", "startup_s", "cpu_us_per_event",
-           "wall_s")
+           "p99_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms", "connect_s", "startup_s",
+           "cpu_us_per_event", "wall_s")
 
 
 def one_run(url: str, arm: str, args: argparse.Namespace, out: Path, flags: tuple[str, ...] = ()) -> dict:
@@ -58,6 +59,7 @@ def one_run(url: str, arm: str, args: argparse.Namespace, out: Path, flags: tupl
     events = sum(w["num_events"] for w in workers)
     cpu = sum(w["cpu_s"] + w["parse_cpu_s"] for w in workers)
     row = {"arm": arm, "wall_s": wall, "cpu_us_per_event": cpu * 1e6 / events if events else None,
+           "connect_s": (s.get("cluster") or {}).get("connect_s", 0.0),
            "completed": s["completed"], "client_bound": s["client_bound"], "cluster": s.get("cluster")}
     return row | {k: s.get(k) for k in COLUMNS if k not in row}
 

@@ -140,6 +140,7 @@ class RayCluster:
     `local` one)."""
 
     def __init__(self, rcfg: RayConfig, num_workers: int) -> None:
+        began = time.perf_counter()
         self.rcfg = rcfg
         self.is_owner = not ray.is_initialized()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -154,6 +155,7 @@ class RayCluster:
                 ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise SetupError(f"cannot join the Ray cluster at {rcfg.address!r}: {exc}") from None
+        self.connect_s = time.perf_counter() - began  # ray.init: a `local` cluster's start
 
     @property
     def num_cpus(self) -> int:
@@ -162,7 +164,9 @@ class RayCluster:
 
     def pool(self, cfg: RunConfig, plans: list[WorkerPlan]) -> RayPool:
         """Place and start the workers."""
-        return RayPool(cfg, plans, self.rcfg)
+        pool = RayPool(cfg, plans, self.rcfg)
+        pool.connect_s = self.connect_s
+        return pool
 
     def close(self) -> None:
         if self.is_owner:
@@ -200,6 +204,7 @@ class RayPool:
         self.live_cache = [[0] * NUM_COUNTERS for _ in plans]
         self.start_ns = SimpleNamespace(value=0)
         self.startup_s: float | None = None
+        self.connect_s: float | None = None
         self.created_ns = created_ns
         self.alive_ns = [now_ns()] * len(plans)
         self.live_refs: dict = {}
@@ -333,7 +338,7 @@ class RayPool:
             if h["uncertainty_ms"] is None or unc / 1e6 < h["uncertainty_ms"]:
                 h["offset_ms"], h["uncertainty_ms"] = off / 1e6, unc / 1e6
         return {"address": self.rcfg.address, "strategy": self.rcfg.strategy, "num_hosts": len(hosts),
-                "startup_s": self.startup_s,
+                "connect_s": self.connect_s, "startup_s": self.startup_s,
                 "clock": "offset = worker perf_counter_ns - driver's, by the round trip with the least "
                          f"RTT of {CLOCK_ROUNDS} (uncertainty = RTT/2); stamps moved to the driver's clock",
                 "hosts": list(hosts.values())}
