@@ -20,9 +20,11 @@ from loadgen import argtypes as at
 from loadgen.plan.config import (
     BACKEND_ALIASES,
     DATASETS,
+    RAY_STRATEGIES,
     SLO,
     TRACE_DATASETS,
     TRANSPORTS,
+    RayConfig,
     RunConfig,
     auto_workers,
 )
@@ -136,9 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
       help="where the server's Prometheus metrics are (default: BASE_URL/metrics)")
     a("--server-metrics-interval", type=at.positive_float(), default=_RC.server_metrics_interval_s,
       help="seconds between scrapes (default 1)")
+    a("--itl-sketch", action="store_true",
+      help="ITL percentiles from a log histogram within 1%% (mean and max stay exact); automatic past "
+      "20M ITL samples, where the exact lists would hold about 1.3 GiB")
     a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
       help="width of the timeline's intervals in seconds (default 1)")
     _add_workload_flags(p)
+    _add_ray_flags(p)
     _add_compat_flags(p)
     return p
 
@@ -160,6 +166,34 @@ def _add_workload_flags(p: argparse.ArgumentParser) -> None:
                        help="multi-turn: seconds between a turn's answer and the next turn (default 0)")
     think.add_argument("--multi-turn-delay-ms", type=at.nonneg_float, default=None, metavar="MS",
                        help="the same in milliseconds (vLLM's name)")
+
+
+def _add_ray_flags(p: argparse.ArgumentParser) -> None:
+    """Workers as Ray actors across a cluster's hosts (`pip install 'serving-hotpaths[ray]'`)."""
+    g = p.add_argument_group("Ray cluster (workers on several hosts)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="run the workers as Ray actors: auto (a running cluster), local (start one "
+                   "here), ray://HOST:PORT (Ray Client) or a GCS HOST:PORT; --workers is then the total "
+                   "(default: one per CPU of every alive node)")
+    g.add_argument("--ray-strategy", choices=RAY_STRATEGIES, default=RayConfig.strategy,
+                   help="placement of the workers over the nodes (default SPREAD)")
+
+
+def ray_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RayConfig | None:
+    """The RayConfig for --ray-address (usage error when ray is not installed); None without it."""
+    if args.ray_address is None:
+        if args.ray_strategy != RayConfig.strategy:
+            parser.error("--ray-strategy needs --ray-address")
+        return None
+    try:
+        import ray  # noqa: F401 - only to say early and clearly that it is missing
+    except ImportError as exc:
+        parser.error(f"--ray-address needs ray ({exc}): pip install 'serving-hotpaths[ray]'")
+    try:
+        return RayConfig(address=args.ray_address, strategy=args.ray_strategy,
+                         is_auto_workers=args.workers == "auto")
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _add_compat_flags(p: argparse.ArgumentParser) -> None:
@@ -234,6 +268,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
         replay_trace=replay, trace_speedup=args.trace_speedup,
+        itl_sketch=args.itl_sketch,
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=None if replay else num_prompts or 1,
@@ -343,6 +378,7 @@ def _run(argv: list[str]) -> int:
         cfg, dcfg = config_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    ray_cfg = ray_config(args, parser)
     if (note := convention_note(dcfg)) is not None and not args.quiet:
         print(note, file=sys.stderr)
     if (note := memory_note(cfg, available_memory_bytes())) is not None:
@@ -352,11 +388,11 @@ def _run(argv: list[str]) -> int:
     console = Console(stderr=True)
     try:
         if args.quiet or not console.is_terminal:
-            result = run(cfg, dcfg)
+            result = run(cfg, dcfg, ray_cfg=ray_cfg)
         else:
             cfg = dataclasses.replace(cfg, live=True)
             with Live(Text("starting..."), console=console, refresh_per_second=4) as live:
-                result = run(cfg, dcfg, LivePanel(cfg, live.update))
+                result = run(cfg, dcfg, LivePanel(cfg, live.update), ray_cfg)
     except SetupError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 1

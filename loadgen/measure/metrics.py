@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 
 from loadgen.measure.records import RequestRecord, WorkerHealth
+from loadgen.measure.sketch import ITL_SKETCH_AUTO_SAMPLES, LogHistogram, SketchBuilder, value_stats
 from loadgen.plan.config import (
     CLIENT_BOUND_CPU_SHARE,
     CLIENT_BOUND_LOOP_LAG_MS,
@@ -29,19 +30,19 @@ def pct_key(p: float) -> str:
     return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
 
 
-def _dist(name: str, values_ms: list[float] | np.ndarray, percentiles) -> dict:
-    arr = np.asarray(values_ms, dtype=np.float64)
+def _dist(name: str, values_ms: list[float] | np.ndarray | LogHistogram, percentiles) -> dict:
+    num, mean, std, vmax, pcts = value_stats(values_ms, [50.0, *percentiles])
     out: dict = {}
-    if arr.size == 0:
+    if num == 0:
         out.update({f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None})
         out.update({f"{pct_key(p)}_{name}_ms": None for p in percentiles})
         return out
-    out[f"mean_{name}_ms"] = float(arr.mean())
-    out[f"median_{name}_ms"] = float(np.median(arr))
-    out[f"std_{name}_ms"] = float(arr.std())
-    for p, v in zip(percentiles, np.percentile(arr, list(percentiles)), strict=True):
+    out[f"mean_{name}_ms"] = mean
+    out[f"median_{name}_ms"] = float(pcts[0])
+    out[f"std_{name}_ms"] = std
+    for p, v in zip(percentiles, pcts[1:], strict=True):
         out[f"{pct_key(p)}_{name}_ms"] = float(v)
-    out[f"max_{name}_ms"] = float(arr.max())
+    out[f"max_{name}_ms"] = vmax
     return out
 
 
@@ -73,9 +74,17 @@ def itl_ms(rec: RequestRecord) -> np.ndarray:
     return np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) / 1e6
 
 
+def is_itl_sketched(cfg: RunConfig, ok: list[RequestRecord]) -> bool:
+    """Whether ITL goes into a sketch: --itl-sketch, or past ITL_SKETCH_AUTO_SAMPLES gaps."""
+    return cfg.itl_sketch or sum(max(len(r.chunk_ns) - 1, 0) for r in ok) > ITL_SKETCH_AUTO_SAMPLES
+
+
 def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
-    """Per-request (TTFT, TPOT, E2E) and per-event (ITL) latencies in ms of successful records."""
+    """Per-request (TTFT, TPOT, E2E) and per-event (ITL) latencies in ms of successful records;
+    the two ITL entries are LogHistograms when `is_itl_sketched`."""
     lat: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    if is_itl_sketched(cfg, ok):
+        return _sketched_itl(cfg, ok, lat)
     for r in ok:
         t0 = origin_ns(cfg, r)
         e2e = (r.end_ns - t0) / 1e6
@@ -90,6 +99,23 @@ def latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]
         if len(r.chunk_tokens) == len(r.chunk_ns) and gaps.size:
             tok = np.maximum(np.asarray(r.chunk_tokens[1:]), 1.0)
             lat["itl_per_token"].extend((gaps / tok).tolist())
+    return lat
+
+
+def _sketched_itl(cfg: RunConfig, ok: list[RequestRecord], lat: dict) -> dict:
+    itl, per_token = SketchBuilder(), SketchBuilder()
+    for r in ok:
+        t0 = origin_ns(cfg, r)
+        lat["e2e_latency"].append((r.end_ns - t0) / 1e6)
+        if r.first_token_ns is not None:
+            lat["ttft"].append((r.first_token_ns - t0) / 1e6)
+            if (tpot := tpot_ms(r)) is not None:
+                lat["tpot"].append(tpot)
+        gaps = itl_ms(r)
+        itl.extend(gaps)
+        if len(r.chunk_tokens) == len(r.chunk_ns) and gaps.size:
+            per_token.extend(gaps / np.maximum(np.asarray(r.chunk_tokens[1:]), 1.0))
+    lat["itl"], lat["itl_per_token"] = itl.flush(), per_token.flush()
     return lat
 
 
@@ -212,6 +238,7 @@ def steady_lags(h: WorkerHealth) -> tuple[np.ndarray | None, float | None]:
 def _worker_health(h: WorkerHealth, reasons: list[str], notes: list[str]) -> dict:
     lag = np.asarray(h.loop_lag_ms or [0.0])
     steady, cut = steady_lags(h)
+    num_reasons, name = len(reasons), f"worker {h.worker}" + (f" on {h.host}" if h.host else "")
     w = {"worker": h.worker, "cpu_s": h.cpu_s, "wall_s": h.wall_s, "cpu_share": h.cpu_share,
          "loop_lag_p50_ms": float(np.median(lag)), "loop_lag_p99_ms": float(np.percentile(lag, 99)),
          "loop_lag_max_ms": float(lag.max()),
@@ -222,16 +249,31 @@ def _worker_health(h: WorkerHealth, reasons: list[str], notes: list[str]) -> dic
          "cpu_us_per_event": ((h.cpu_s + h.parse_cpu_s) * 1e6 / h.num_events) if h.num_events else None,
          "sys_cpu_s": h.sys_cpu_s, "sleeps_per_s": h.num_sleeps / h.wall_s if h.wall_s > 0 else 0.0}
     if h.cpu_share >= CLIENT_BOUND_CPU_SHARE:
-        reasons.append(f"worker {h.worker} used {h.cpu_share:.0%} of a core")
+        reasons.append(f"{name} used {h.cpu_share:.0%} of a core")
     p99, steady_p99 = w["loop_lag_p99_ms"], w["loop_lag_steady_p99_ms"]
     if p99 >= CLIENT_BOUND_LOOP_LAG_MS and steady_p99 is not None and steady_p99 < CLIENT_BOUND_LOOP_LAG_MS:
-        notes.append(f"worker {h.worker} event-loop lag p99 {p99:.1f} ms came from the start-up burst of "
+        notes.append(f"{name} event-loop lag p99 {p99:.1f} ms came from the start-up burst of "
                      f"{h.limit} streams (first {cut:.1f} s); steady state p99 {steady_p99:.1f} ms "
                      "(--ramp-up spreads the start)")
     elif p99 >= CLIENT_BOUND_LOOP_LAG_MS:
         where = "" if steady_p99 is None else f" (steady state after {cut:.1f} s: {steady_p99:.1f} ms)"
-        reasons.append(f"worker {h.worker} event-loop lag p99 {p99:.1f} ms{where}")
+        reasons.append(f"{name} event-loop lag p99 {p99:.1f} ms{where}")
+    w["client_bound"] = len(reasons) > num_reasons
+    if h.node_id:
+        w.update(host=h.host, node_id=h.node_id, streams=h.limit)
     return w
+
+
+def _host_health(health: list[WorkerHealth], workers: list[dict]) -> list[dict]:
+    """Per host (Ray node): its workers, its streams, and whether any of its workers was client-bound."""
+    hosts: dict[str, dict] = {}
+    for h, w in zip(health, workers, strict=True):
+        e = hosts.setdefault(h.node_id, {"host": h.host, "node_id": h.node_id, "workers": [], "streams": 0,
+                                         "client_bound": False})
+        e["workers"].append(h.worker)
+        e["streams"] += h.limit
+        e["client_bound"] = e["client_bound"] or w["client_bound"]
+    return list(hosts.values())
 
 
 def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[float],
@@ -251,9 +293,12 @@ def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[
     verdict: bool | None = bool(reasons)
     if num_ok == 0:
         verdict, reasons = None, ["not judged: no request succeeded"]
-    return {"client_bound": verdict, "client_bound_reasons": reasons, "client_health_notes": notes,
-            "workers": workers, "mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
-            "max_send_lag_ms": float(lag.max())}
+    out = {"client_bound": verdict, "client_bound_reasons": reasons, "client_health_notes": notes,
+           "workers": workers}
+    if any(h.node_id for h in health):
+        out["hosts"] = _host_health(health, workers)  # NOTE: client-bound when any host is
+    return out | {"mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
+                  "max_send_lag_ms": float(lag.max())}
 
 
 def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerHealth],
@@ -297,6 +342,8 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     }
     for name in LATENCY_METRICS:
         summary.update(_dist(name, lat[name], cfg.percentiles))
+    summary["itl_percentiles"] = (f"sketch (log histogram, within {lat['itl'].alpha:.0%})"
+                                  if isinstance(lat["itl"], LogHistogram) else "exact")
     if (split := ttft_split(cfg, ok)) is not None:
         summary["ttft_split"] = split
     if (turns := per_turn(cfg, records)) is not None:

@@ -58,6 +58,8 @@ class WorkerHealth(msgspec.Struct, kw_only=True):
     lag_at_s: list[float] = []
     full_at_s: float | None = None
     limit: int = 0
+    host: str = ""  # with Ray: the worker's hostname (IP) and node id; empty for forked workers
+    node_id: str = ""
 
     @property
     def cpu_share(self) -> float:

@@ -11,6 +11,7 @@ import numpy as np
 
 from loadgen.measure.metrics import latencies, origin_ns
 from loadgen.measure.records import RequestRecord
+from loadgen.measure.sketch import value_stats
 from loadgen.plan.config import RunConfig
 
 STEADY_FRACTION = 0.9
@@ -90,12 +91,11 @@ def _buckets(s: _Stamps, num: int, step: int) -> list[dict]:
              "ttft_ms": _quantiles(ttft[k]), "itl_ms": _quantiles(itl[k])} for k in range(num)]
 
 
-def _stats(values_ms: list[float]) -> dict | None:
-    arr = np.asarray(values_ms, dtype=np.float64)
-    if arr.size == 0:
+def _stats(values_ms) -> dict | None:
+    num, mean, _, _, (p50, p90, p99) = value_stats(values_ms, [50, 90, 99])
+    if num == 0:
         return None
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    return {"mean": mean, "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def steady_state(cfg: RunConfig, records: list[RequestRecord], buckets: list[dict], t0: int,
@@ -142,7 +142,7 @@ def cdf(cfg: RunConfig, records: list[RequestRecord], lat: dict[str, list[float]
     lat = lat if lat is not None else latencies(cfg, [r for r in records if r.ok])
     out = {}
     for name in ("ttft", "itl", "tpot", "e2e_latency"):
-        arr = np.asarray(lat[name], dtype=np.float64)
-        values = np.percentile(arr, CDF_PERCENTILES) if arr.size else []
+        num, _, _, _, values = value_stats(lat[name], CDF_PERCENTILES)
+        values = values if num else []
         out[f"{name}_ms"] = [[float(p), float(v)] for p, v in zip(CDF_PERCENTILES, values, strict=False)]
     return out

@@ -84,6 +84,7 @@ class RunConfig:
     live: bool = False  # workers publish approximate TTFTs for the live panel
     replay_trace: bool = False  # send each request at its dataset timestamp (Prompt.arrival_s)
     trace_speedup: float = 1.0  # replay offsets are the trace's times / this
+    itl_sketch: bool = False  # ITL percentiles from a mergeable 1% sketch (measure/sketch.py)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -172,6 +173,33 @@ class RunConfig:
             return None
         base, extra = divmod(self.concurrency, self.workers)
         return base + (1 if worker < extra else 0)
+
+
+RAY_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """Where the workers run when they are Ray actors (`--ray-address`); validated in __post_init__.
+
+    `address`: `auto` (a running cluster), `local` (start one here, shut it down after), `ray://…`
+    (Ray Client) or a GCS `host:port`. `is_auto_workers`: one worker per CPU of every alive node.
+    The `test_*` fields are test hooks, not flags (worker -> value): a clock skew (ns) injected
+    into a worker's process, a worker whose process exits, or whose event loop hangs (the process
+    still answering Ray calls), after that many finished requests."""
+
+    address: str = "local"
+    strategy: str = "SPREAD"
+    is_auto_workers: bool = False
+    test_clock_skew_ns: dict[int, int] = field(default_factory=dict)
+    test_exit_after: dict[int, int] = field(default_factory=dict)
+    test_hang_after: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.address:
+            raise ValueError("--ray-address must not be empty")
+        if self.strategy not in RAY_STRATEGIES:
+            raise ValueError(f"--ray-strategy must be one of {RAY_STRATEGIES}")
 
 
 def auto_workers(concurrency: int | None) -> int:

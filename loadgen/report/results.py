@@ -213,6 +213,11 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
                       + f"  cpu/event {fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
                       f"{fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
                       f"{fmt(w.get('parse_cpu_us_per_event'), '{:.1f}')})")
+    for h in (s.get("cluster") or {}).get("hosts", []):
+        table.add_row(f"host {h['hostname']} ({h['ip']})",
+                      f"node {h['node_id'][:12]}  workers {h['workers']}  streams {h['streams']}  clock "
+                      f"{h['offset_ms']:+.3f} ± {h['uncertainty_ms']:.3f} ms"
+                      + (f"  [bold red]lost {h['workers_lost']}[/]" if h["workers_lost"] else ""))
     table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  median {fmt(s.get('median_send_lag_ms'))}  "
                   f"p99 {health['p99_send_lag_ms']:.2f}  max {health['max_send_lag_ms']:.2f}")
     if s["client_bound"] is None:

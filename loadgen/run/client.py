@@ -10,7 +10,6 @@ server reported an error inside the stream), `too_large` (a body past
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -20,6 +19,7 @@ from loadgen.measure.records import RequestRecord
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import Prompt
 from loadgen.run import httpcore_guards
+from loadgen.run.clock import now_ns
 from loadgen.run.sse import (
     MalformedSSE,
     ServerErrorEvent,
@@ -138,7 +138,7 @@ class Client:
     async def send(self, request: httpx.Request | LeanRequest, raw: RawResponse) -> None:
         """Send one request and keep its stamped bytes in `raw`; never raises for request errors."""
         cfg, rec = self.cfg, raw.record
-        rec.start_ns = time.perf_counter_ns()
+        rec.start_ns = now_ns()
         response = body = None
         try:
             async with asyncio.timeout(cfg.timeout_s):
@@ -168,7 +168,7 @@ class Client:
         except Exception as exc:  # noqa: BLE001 - any other failure is counted, never fatal
             _fail(rec, "other", f"{type(exc).__name__}: {exc}")
         finally:
-            rec.end_ns = time.perf_counter_ns()
+            rec.end_ns = now_ns()
             if rec.error_class is not None:
                 raw.chunks, raw.stamps = [], []
             if response is not None:
@@ -238,7 +238,7 @@ async def _error_body(response: httpx.Response | None, body: StampedBody | None)
 async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int) -> None:
     chunks, stamps, num_bytes = raw.chunks, raw.stamps, 0
     async for data in response.aiter_raw():
-        stamp = time.perf_counter_ns()
+        stamp = now_ns()
         num_bytes += len(data)
         if num_bytes > max_bytes:
             raise ResponseTooLarge(too_large_message(max_bytes))

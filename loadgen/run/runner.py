@@ -1,5 +1,8 @@
 """The parent process: builds the work, starts the workers, shows progress, merges the records.
 
+The workers are forked here (`_Pool`) or, with `--ray-address`, Ray actors on a cluster
+(`run/ray_pool.py`, same interface); `run()` picks one at start-up.
+
 Ctrl-C sets a shared stop event: workers cancel what is in flight and send back what finished, so a
 partial run is still summarised and written. A run is bounded: workers that do not answer within
 `--timeout` plus a grace period after the stop are terminated.
@@ -19,7 +22,7 @@ from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.measure.server_metrics import Scraper, server_vs_client
 from loadgen.measure.timeline import cdf, timeline
-from loadgen.plan.config import RunConfig
+from loadgen.plan.config import RayConfig, RunConfig
 from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts
 from loadgen.plan.lengths import (
     SOURCE_ESTIMATE,
@@ -207,6 +210,17 @@ def _session_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -
     return items, warm, first
 
 
+def live_totals(c: list[int]) -> dict:
+    """The workers' live counters (NUM_COUNTERS slots each, back to back) summed, with every
+    worker's latest live TTFTs in µs under `ttft_us` (empty unless `cfg.live`)."""
+    totals: dict = {slot.name.lower(): sum(c[slot::NUM_COUNTERS]) for slot in LiveCount}
+    totals["ttft_us"] = []
+    for base in range(0, len(c), NUM_COUNTERS):
+        written = min(c[base + LiveCount.TTFT_WRITTEN], TTFT_RING)
+        totals["ttft_us"] += c[base + len(LiveCount):base + len(LiveCount) + written]
+    return totals
+
+
 class _Pool:
     """The worker processes and their shared counters, pipes, barrier and stop event."""
 
@@ -226,24 +240,14 @@ class _Pool:
             self.pipes.append(recv)
             self.procs.append(proc)
         self.results: dict[int, WorkerResult] = {}
+        self.lost_records: list[RequestRecord] = []  # NOTE: a dead forked worker's requests are missing
 
     def _set_start(self) -> None:
         # NOTE: runs in the last worker to reach the barrier; all workers share this origin.
         self.start_ns.value = time.perf_counter_ns() + START_DELAY_NS
 
-    def totals(self) -> dict[str, int]:
-        c = list(self.counters)
-        totals = {slot.name.lower(): sum(c[slot::NUM_COUNTERS]) for slot in LiveCount}
-        totals["ttft_us"] = self.live_ttfts(c)
-        return totals
-
-    def live_ttfts(self, c: list[int]) -> list[int]:
-        """Every worker's latest live TTFTs in µs (empty unless `cfg.live`)."""
-        out = []
-        for base in range(0, len(c), NUM_COUNTERS):
-            written = min(c[base + LiveCount.TTFT_WRITTEN], TTFT_RING)
-            out += c[base + len(LiveCount):base + len(LiveCount) + written]
-        return out
+    def totals(self) -> dict:
+        return live_totals(list(self.counters))
 
     def poll(self, timeout: float) -> None:
         """Collect any finished worker's result (waits at most `timeout`)."""
@@ -260,15 +264,37 @@ class _Pool:
     def is_done(self) -> bool:
         return len(self.results) == len(self.procs)
 
+    def stop(self) -> None:
+        self.stop_event.set()
+
     def terminate(self) -> None:
         for i, proc in enumerate(self.procs):
             if i not in self.results and proc.is_alive():
                 proc.terminate()
                 self.results[i] = None
 
+    def close(self) -> None:
+        """Nothing to free: the processes have ended or were terminated."""
 
-def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
-    """Run the load; `progress(totals, elapsed_s, scraper)` is called a few times a second if given."""
+
+def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None, ray_cfg: RayConfig | None = None) -> RunResult:
+    """Run the load; `progress(totals, elapsed_s, scraper)` is called a few times a second if given.
+
+    With `ray_cfg` the workers are Ray actors on that cluster (`run/ray_pool.py`), else forked here."""
+    if ray_cfg is None:
+        return _run(cfg, dcfg, progress, None)
+    from loadgen.run.ray_pool import RayCluster  # NOTE: ray is imported only when asked for
+
+    cluster = RayCluster(ray_cfg, cfg.workers)
+    try:
+        if ray_cfg.is_auto_workers:
+            cfg = replace(cfg, workers=cluster.num_cpus)
+        return _run(cfg, dcfg, progress, cluster)
+    finally:
+        cluster.close()
+
+
+def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     model = cfg.model or first_model(cfg)
     tokenizer, source = prompt_tokenizer(cfg, dcfg)
     try:
@@ -277,9 +303,45 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
         if isinstance(tokenizer, ServerTokenizer):
             tokenizer.close()
     scraper = start_scraper(cfg)
-    pool = _Pool(cfg, plans)
-    if scraper is not None:
-        scraper.begin()
+    created_ns = time.perf_counter_ns()
+    pool = _Pool(cfg, plans) if cluster is None else cluster.pool(cfg, plans)
+    try:
+        if scraper is not None:
+            scraper.begin()
+        interrupted = _wait(pool, progress, scraper)
+    finally:
+        pool.close()
+    results = [r for r in pool.results.values() if r is not None]
+    lost = len(plans) - len(results)
+    if lost and not interrupted and cluster is None:
+        print(f"loadgen: {lost} of {len(plans)} worker process(es) died without a result (see "
+              "the error above); their requests are missing from the results", file=sys.stderr)
+    records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
+    if pool.lost_records:
+        records = sorted(records + pool.lost_records, key=lambda r: r.index)
+    lat = latencies(cfg, [r for r in records if r.ok])
+    summary = summarize(cfg, records, [r.health for r in results], lat)
+    interrupted = interrupted or any(r.interrupted for r in results)
+    info = {"input_lengths": source, "length_convention": dcfg.convention}
+    if with_chat_template(cfg, [], tokenizer)[1]:
+        info["input_lengths"] += " + chat template (tokenizer_config.json)"
+    summary["workers_lost"] = lost
+    summary["startup_s"] = (pool.start_ns.value - created_ns) / 1e9 if pool.start_ns.value else None
+    if cluster is not None:
+        summary["cluster"] = pool.cluster_summary()
+    t0 = min((r.intended_ns for r in records), default=pool.start_ns.value)
+    server = scraper.stop(t0) if scraper is not None else {"status": "off"}
+    if (versus := server_vs_client(server, summary)) is not None:
+        summary["server_vs_client"] = versus
+    cpu_start = time.process_time()
+    tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)
+    tl["cpu_s"] = time.process_time() - cpu_start  # the parent's CPU for the timeline and CDFs
+    return RunResult(cfg, model, records, summary, interrupted, info, lost, tl, points, server)
+
+
+def _wait(pool, progress, scraper) -> bool:
+    """Poll the pool until every worker is done (Ctrl-C: stop, then terminate after the grace);
+    whether the run was interrupted."""
     interrupted, stop_deadline = False, None
     start = time.perf_counter()
     while not pool.is_done:
@@ -293,29 +355,9 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None) -> RunResult:
             if interrupted:
                 pool.terminate()
             interrupted = True
-            pool.stop_event.set()
+            pool.stop()
             stop_deadline = time.perf_counter() + STOP_GRACE_S
-    results = [r for r in pool.results.values() if r is not None]
-    lost = len(pool.procs) - len(results)
-    if lost and not interrupted:
-        print(f"loadgen: {lost} of {len(pool.procs)} worker process(es) died without a result (see "
-              "the error above); their requests are missing from the results", file=sys.stderr)
-    records = sorted((rec for r in results for rec in r.records), key=lambda r: r.index)
-    lat = latencies(cfg, [r for r in records if r.ok])
-    summary = summarize(cfg, records, [r.health for r in results], lat)
-    interrupted = interrupted or any(r.interrupted for r in results)
-    info = {"input_lengths": source, "length_convention": dcfg.convention}
-    if with_chat_template(cfg, [], tokenizer)[1]:
-        info["input_lengths"] += " + chat template (tokenizer_config.json)"
-    summary["workers_lost"] = lost
-    t0 = min((r.intended_ns for r in records), default=pool.start_ns.value)
-    server = scraper.stop(t0) if scraper is not None else {"status": "off"}
-    if (versus := server_vs_client(server, summary)) is not None:
-        summary["server_vs_client"] = versus
-    cpu_start = time.process_time()
-    tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)
-    tl["cpu_s"] = time.process_time() - cpu_start  # the parent's CPU for the timeline and CDFs
-    return RunResult(cfg, model, records, summary, interrupted, info, lost, tl, points, server)
+    return interrupted
 
 
 def start_scraper(cfg: RunConfig) -> Scraper | None:

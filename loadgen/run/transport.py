@@ -1,10 +1,10 @@
 """A lean HTTP/1.1 keep-alive transport for `httpx.AsyncClient`, over asyncio protocols and httptools.
 
 The stock httpx transport wakes the reading coroutine once per network read and walks several
-generator layers per chunk. Here the body bytes are stamped with `time.perf_counter_ns()` inside
-the protocol callback, the moment they arrive, and kept with their stamps; a reader that only
-needs the stamped body awaits `StampedBody.complete()` once per response instead of once per
-chunk. Ordinary iteration (`response.aiter_raw()`) still works, so the transport is a drop-in
+generator layers per chunk. Here the body bytes are stamped with `now_ns()` (perf_counter_ns,
+`clock.py`) inside the protocol callback, the moment they arrive, and kept with their stamps; a
+reader that only needs the stamped body awaits `StampedBody.complete()` once per response instead
+of once per chunk. Ordinary iteration (`response.aiter_raw()`) still works, so the transport is a drop-in
 behind the public httpx API. The stamped body is exposed as `response.extensions["loadgen.body"]`.
 
 `LeanTransport.prepare` turns an `httpx.Request` into its bytes once, before the run, and
@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httptools
 import httpx
+
+from loadgen.run.clock import now_ns
 
 BODY_EXTENSION = "loadgen.body"
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -73,7 +74,7 @@ class StampedBody(httpx.AsyncByteStream):
             return
         self.num_bytes += len(data)
         # NOTE: the stamp is taken in the read callback, before any coroutine runs.
-        self.stamps.append(time.perf_counter_ns())
+        self.stamps.append(now_ns())
         self.chunks.append(data)
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)

@@ -23,6 +23,7 @@ from loadgen.measure.records import RequestRecord, WorkerHealth, WorkerResult
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import load_tokenizer
 from loadgen.run.client import Client, RawResponse, finish_record, finish_with_answer, turn_body
+from loadgen.run.clock import now_ns
 
 TICK_S = 0.05
 BARRIER_TIMEOUT_S = 600.0
@@ -111,7 +112,7 @@ class _Worker:
             await self._warmup()
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait, BARRIER_TIMEOUT_S)
             self.t0 = start_ns.value
-            await asyncio.sleep(max(self.t0 - time.perf_counter_ns(), 0) / 1e9)
+            await asyncio.sleep(max(self.t0 - now_ns(), 0) / 1e9)
             cpu0, wall0, usage0 = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
             monitor = asyncio.create_task(self._monitor())
             self.dispatcher = asyncio.create_task(self._dispatch())
@@ -173,8 +174,8 @@ class _Worker:
             if sem is not None:
                 await sem.acquire()
                 # NOTE: waiting for a concurrency slot is chosen queueing, not client lag.
-                intended = max(intended, time.perf_counter_ns()) if item.offset_s is not None else time.perf_counter_ns()
-            if self.is_interrupted or (deadline and time.perf_counter_ns() >= deadline):
+                intended = max(intended, now_ns()) if item.offset_s is not None else now_ns()
+            if self.is_interrupted or (deadline and now_ns() >= deadline):
                 if sem is not None:
                     sem.release()
                 break
@@ -190,7 +191,7 @@ class _Worker:
         self.counters[self.base + LiveCount.IN_FLIGHT] += 1
         self.in_flight += 1
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
-            self.full_at_s = (time.perf_counter_ns() - self.t0) / 1e9
+            self.full_at_s = (now_ns() - self.t0) / 1e9
         try:
             await self.client.send(self.requests[item.index % self.plan.num_total], raw)
         finally:
@@ -210,7 +211,7 @@ class _Worker:
         self.counters[self.base + LiveCount.IN_FLIGHT] += 1
         self.in_flight += 1
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
-            self.full_at_s = (time.perf_counter_ns() - self.t0) / 1e9
+            self.full_at_s = (now_ns() - self.t0) / 1e9
         try:
             for turn, user in enumerate(plan.user_turns):
                 if turn:
@@ -282,7 +283,7 @@ class _Worker:
             expected = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
             self.lags_ms.append(max(0.0, (loop.time() - expected) * 1e3))
-            self.lag_at_s.append((time.perf_counter_ns() - self.t0) / 1e9)
+            self.lag_at_s.append((now_ns() - self.t0) / 1e9)
             if not self.is_interrupted and self.stop_event.is_set():
                 self.is_interrupted = True
                 self.dispatcher.cancel()
@@ -291,11 +292,11 @@ class _Worker:
 
 
 async def _sleep_until(when_ns: int) -> None:
-    delay = (when_ns - time.perf_counter_ns()) / 1e9
+    delay = (when_ns - now_ns()) / 1e9
     if delay > 0:
         await asyncio.sleep(delay)
     # NOTE: uvloop timers have 1 ms resolution and may fire early; yield until the exact time.
-    while time.perf_counter_ns() < when_ns:
+    while now_ns() < when_ns:
         await asyncio.sleep(0)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,7 @@ BAD_FLAGS = [
     ["--ramp-up", "-1"], ["--ramp-up-strategy", "cubic"], ["--ramp-up-strategy", "linear"],
     ["--ramp-up-start-rps", "1"], ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
                                    "--ramp-up-end-rps", "5", "--request-rate", "3"],
+    ["--ray-strategy", "PACK"], ["--ray-address", "local", "--ray-strategy", "ROUND"],
 ]
 
 
@@ -167,3 +169,15 @@ def test_a_reset_tls_handshake_says_why():
     assert errors["connection"]["count"] == 2
     example = errors["connection"]["example"]
     assert example.startswith("ConnectError: ") and len(example) > len("ConnectError: ") + 5, example
+
+
+def test_ray_address_without_ray_installed_is_a_usage_error(tmp_path):
+    # a `ray` package that cannot be imported stands in for ray not being installed
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-m", "loadgen", *_base(_dead_url()), "--ray-address", "local"],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2, proc.stderr
+    assert "--ray-address needs ray" in proc.stderr and "serving-hotpaths[ray]" in proc.stderr
