@@ -15,8 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: What a measurement runs: the server and the load generator.
 MEASURED = ("reference_impl", "loadgen")
-#: Parts of those packages no measurement runs (loadgen's self-tests and peers).
-NEVER_MEASURED = ("loadgen/selftest/",)
+#: Parts of those packages no measurement runs: loadgen's self-tests and peers, `loadgen sweep`
+#: (reports run single loads) and the Ray pool (reports fork their workers).
+NEVER_MEASURED = ("loadgen/selftest/", "loadgen/sweep/", "loadgen/run/ray_pool.py")
 #: The torch engine: measured only by scenarios on ``--engine torch``.
 TORCH_ENGINE = "reference_impl/engine/torch_engine"
 DATA_SUFFIXES = (".json", ".jinja")

@@ -146,10 +146,11 @@ class RayCluster:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": "loadgen",
                   "runtime_env": {"env_vars": {"PYTHONPATH": _package_path()}}}
+        kwargs["address"] = rcfg.address
         if rcfg.address == "local":
+            # NOTE: "local" starts a new instance even when RAY_ADDRESS or a `ray start` cluster on
+            # this machine would otherwise be joined (and refuse num_cpus).
             kwargs.update(num_cpus=max(len(os.sched_getaffinity(0)), num_workers), include_dashboard=False)
-        else:
-            kwargs["address"] = rcfg.address
         try:
             if self.is_owner:
                 ray.init(**kwargs)

@@ -54,6 +54,8 @@ def test_comments_docstrings_and_layout_do_not(tree: Path):
 def test_never_measured_and_excluded_parts_do_not(tree: Path):
     before = provenance.fingerprint(tree, exclude=(provenance.TORCH_ENGINE,))
     (tree / "loadgen/selftest/testserver.py").write_text("X = 1\n")
+    (tree / "loadgen/sweep/driver.py").write_text("X = 2\n")
+    (tree / "loadgen/run/ray_pool.py").write_text("X = 3\n")
     model = tree / provenance.TORCH_ENGINE / "model.py"
     model.write_text(model.read_text() + "\nY = 2\n")
     assert provenance.fingerprint(tree, exclude=(provenance.TORCH_ENGINE,)) == before

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
+import httpx
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'serving-hotpaths[ray]')")
@@ -52,6 +58,18 @@ def test_local_cluster_runs_two_workers_with_exact_counts(start_server):
     # the live counters were read from the actors while they ran
     assert seen and all(0 <= t["done"] <= 48 and t["errors"] == 0 for t in seen)
     assert not ray.is_initialized()  # the local cluster was shut down
+
+
+@pytest.mark.timeout(120)
+def test_local_starts_its_own_cluster_even_beside_a_running_one(start_server, two_nodes, monkeypatch):
+    # NOTE: ray.init() without an address would join RAY_ADDRESS (or a `ray start` cluster here)
+    monkeypatch.setenv("RAY_ADDRESS", two_nodes.address)
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "8")
+    s = run(_cfg(server, concurrency=4, num_prompts=16, workers=2), SMALL, ray_cfg=RayConfig("local")).summary
+    assert s["completed"] == 16
+    own = {node.node_id for node in two_nodes.list_all_nodes()}
+    [host] = s["cluster"]["hosts"]
+    assert host["node_id"] not in own and sorted(host["workers"]) == [0, 1]
 
 
 @pytest.mark.timeout(120)
@@ -110,3 +128,46 @@ def test_a_hung_worker_is_given_up_after_timeout_and_grace(start_server, two_nod
     s = result.summary
     assert s["workers_lost"] == 1 and s["completed"] == 20 and s["errors"]["worker_lost"]["count"] == 20
     assert "no progress" in s["errors"]["worker_lost"]["example"]
+
+
+def _ray_processes(session_dir: str) -> list[str]:
+    """Command lines of live processes that belong to this Ray session (its logs or sockets)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if session_dir in cmd:
+            out.append(cmd)
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, tmp_path):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "5")
+    out = tmp_path / "partial.json"
+    # NOTE: SIGINT as in a terminal (a background job's children inherit SIGINT ignored).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "--base-url", server.base_url, "--model", "m", "--quiet",
+         "--no-server-metrics", "--random-input-len", "8", "--random-output-len", "8",
+         "--concurrency", "16", "--duration", "90", "--ray-address", "local", "--workers", "2",
+         "--output", str(out)],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while httpx.get(server.base_url + "/stats", timeout=10).json()["num_requests"] < 64:
+        assert time.monotonic() < deadline and proc.poll() is None, "loadgen sent no requests"
+        time.sleep(0.2)
+    session = os.path.realpath("/tmp/ray/session_latest")
+    assert _ray_processes(session), "no process of the local Ray session found while it runs"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=90) == 130
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and data["completed"] > 0 and data["duration"] < 88
+    assert {h["node_id"] for h in data["summary"]["cluster"]["hosts"]}
+    # every actor and the local cluster itself are gone, not left running
+    deadline = time.monotonic() + 30
+    while (left := _ray_processes(session)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, left
