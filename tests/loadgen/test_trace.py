@@ -18,8 +18,9 @@ from loadgen.run.runner import SetupError, run
 #: (timestamp ms, hash ids): irregular gaps, shared and distinct prefixes.
 LINES = [(0, [0, 1]), (40, [0, 1]), (45, [0, 2]), (260, [3]), (300, [0, 1, 4]), (520, [])]
 BLOCK = 8
-# NOTE: a generous bound for a busy, shared machine; a quiet one sends within about 1 ms.
-MAX_LATE_MS = 50.0
+# NOTE: a generous bound for a busy, shared machine (load 6+ on 2 cores can delay a wake-up by tens
+# of ms); a quiet one sends within about 1 ms. The intended times themselves are checked exactly.
+MAX_LATE_MS = 200.0
 
 
 def _trace(tmp_path, lines=LINES) -> str:
