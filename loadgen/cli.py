@@ -22,6 +22,7 @@ from loadgen.plan.config import (
     DATASETS,
     RAY_STRATEGIES,
     SLO,
+    STAMP_SOURCES,
     TRACE_DATASETS,
     TRANSPORTS,
     RayConfig,
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--workers", type=at.workers, default="auto", help="worker processes: auto or a number")
     a("--timeout", type=at.positive_float(), default=_RC.timeout_s, help="seconds per request, end to end")
     a("--transport", choices=TRANSPORTS, default=_RC.transport, help="httpx transport behind the client")
+    a("--stamps", choices=STAMP_SOURCES, default=_RC.stamps,
+      help="event times from the kernel's receive stamps (default, lean transport on Linux) or the "
+           "event loop's clock (loop); the results say which was used (stamp_source)")
     a("--max-response-bytes", type=pos_int, default=_RC.max_response_bytes,
       help="cut a response past this many bytes while reading it (error too_large). Memory is "
       "bounded by --concurrency x this (plus the header cap): each stream in flight may hold "
@@ -258,6 +262,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
+        stamps=args.stamps,
         max_response_bytes=args.max_response_bytes,
         max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
         seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,

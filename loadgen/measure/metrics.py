@@ -11,17 +11,11 @@ from collections import Counter
 
 import numpy as np
 
+from loadgen.measure.client_health import client_health
 from loadgen.measure.records import RequestRecord, WorkerHealth
 from loadgen.measure.sketch import ITL_SKETCH_AUTO_SAMPLES, LogHistogram, SketchBuilder, value_stats
-from loadgen.plan.config import (
-    CLIENT_BOUND_CPU_SHARE,
-    CLIENT_BOUND_LOOP_LAG_MS,
-    CLIENT_BOUND_SEND_LAG_MS,
-    RunConfig,
-)
+from loadgen.plan.config import RunConfig
 
-STARTUP_GRACE_S = 1.0
-MIN_STEADY_LAG_SAMPLES = 20
 LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2e_latency", "send_lag")
 
 
@@ -223,84 +217,6 @@ def _errors(records: list[RequestRecord]) -> dict:
     return {cls: {"count": n, "example": examples[cls]} for cls, n in sorted(counts.items())}
 
 
-def steady_lags(h: WorkerHealth) -> tuple[np.ndarray | None, float | None]:
-    """Loop-lag samples after the start-up burst, and when that burst ended (seconds from the start).
-
-    The burst lasts until the worker first had all its streams in flight (after `--ramp-up`, if
-    any), plus STARTUP_GRACE_S. (None, ...) when there is no such moment or too little after it."""
-    if h.full_at_s is None or len(h.lag_at_s) != len(h.loop_lag_ms):
-        return None, None
-    cut = h.full_at_s + STARTUP_GRACE_S
-    steady = np.asarray(h.loop_lag_ms)[np.asarray(h.lag_at_s) > cut]
-    return (steady if steady.size >= MIN_STEADY_LAG_SAMPLES else None), cut
-
-
-def _worker_health(h: WorkerHealth, reasons: list[str], notes: list[str]) -> dict:
-    lag = np.asarray(h.loop_lag_ms or [0.0])
-    steady, cut = steady_lags(h)
-    num_reasons, name = len(reasons), f"worker {h.worker}" + (f" on {h.host}" if h.host else "")
-    w = {"worker": h.worker, "cpu_s": h.cpu_s, "wall_s": h.wall_s, "cpu_share": h.cpu_share,
-         "loop_lag_p50_ms": float(np.median(lag)), "loop_lag_p99_ms": float(np.percentile(lag, 99)),
-         "loop_lag_max_ms": float(lag.max()),
-         "loop_lag_steady_p99_ms": None if steady is None else float(np.percentile(steady, 99)),
-         "startup_burst_s": cut, "num_events": h.num_events, "parse_cpu_s": h.parse_cpu_s,
-         "read_cpu_us_per_event": (h.cpu_s * 1e6 / h.num_events) if h.num_events else None,
-         "parse_cpu_us_per_event": (h.parse_cpu_s * 1e6 / h.num_events) if h.num_events else None,
-         "cpu_us_per_event": ((h.cpu_s + h.parse_cpu_s) * 1e6 / h.num_events) if h.num_events else None,
-         "sys_cpu_s": h.sys_cpu_s, "sleeps_per_s": h.num_sleeps / h.wall_s if h.wall_s > 0 else 0.0}
-    if h.cpu_share >= CLIENT_BOUND_CPU_SHARE:
-        reasons.append(f"{name} used {h.cpu_share:.0%} of a core")
-    p99, steady_p99 = w["loop_lag_p99_ms"], w["loop_lag_steady_p99_ms"]
-    if p99 >= CLIENT_BOUND_LOOP_LAG_MS and steady_p99 is not None and steady_p99 < CLIENT_BOUND_LOOP_LAG_MS:
-        notes.append(f"{name} event-loop lag p99 {p99:.1f} ms came from the start-up burst of "
-                     f"{h.limit} streams (first {cut:.1f} s); steady state p99 {steady_p99:.1f} ms "
-                     "(--ramp-up spreads the start)")
-    elif p99 >= CLIENT_BOUND_LOOP_LAG_MS:
-        where = "" if steady_p99 is None else f" (steady state after {cut:.1f} s: {steady_p99:.1f} ms)"
-        reasons.append(f"{name} event-loop lag p99 {p99:.1f} ms{where}")
-    w["client_bound"] = len(reasons) > num_reasons
-    if h.node_id:
-        w.update(host=h.host, node_id=h.node_id, streams=h.limit)
-    return w
-
-
-def _host_health(health: list[WorkerHealth], workers: list[dict]) -> list[dict]:
-    """Per host (Ray node): its workers, its streams, and whether any of its workers was client-bound."""
-    hosts: dict[str, dict] = {}
-    for h, w in zip(health, workers, strict=True):
-        e = hosts.setdefault(h.node_id, {"host": h.host, "node_id": h.node_id, "workers": [], "streams": 0,
-                                         "client_bound": False})
-        e["workers"].append(h.worker)
-        e["streams"] += h.limit
-        e["client_bound"] = e["client_bound"] or w["client_bound"]
-    return list(hosts.values())
-
-
-def client_health(cfg: RunConfig, health: list[WorkerHealth], send_lag_ms: list[float],
-                  num_ok: int = 1) -> dict:
-    """Per-worker CPU share and loop lag, send lag, and the client-bound verdict with reasons.
-
-    Loop lag that only the start-up burst of connections caused is a note, not a reason: the
-    verdict is about the steady state. With no successful request the verdict is None ("not
-    judged"): a worker spinning through instant failures says nothing about a working server."""
-    reasons: list[str] = []
-    notes: list[str] = []
-    workers = [_worker_health(h, reasons, notes) for h in health]
-    lag = np.asarray(send_lag_ms or [0.0])
-    send_p99 = float(np.percentile(lag, 99))
-    if cfg.is_rate_mode and send_p99 >= CLIENT_BOUND_SEND_LAG_MS:
-        reasons.append(f"send lag p99 {send_p99:.1f} ms")
-    verdict: bool | None = bool(reasons)
-    if num_ok == 0:
-        verdict, reasons = None, ["not judged: no request succeeded"]
-    out = {"client_bound": verdict, "client_bound_reasons": reasons, "client_health_notes": notes,
-           "workers": workers}
-    if any(h.node_id for h in health):
-        out["hosts"] = _host_health(health, workers)  # NOTE: client-bound when any host is
-    return out | {"mean_send_lag_ms": float(lag.mean()), "p99_send_lag_ms": send_p99,
-                  "max_send_lag_ms": float(lag.max())}
-
-
 def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerHealth],
               lat: dict[str, list[float]] | None = None) -> dict:
     """The run's summary dict (the `summary` block of the JSON output); `lat`: the successful
@@ -349,6 +265,6 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     if (turns := per_turn(cfg, records)) is not None:
         summary["per_turn"] = turns
     summary["errors"] = _errors(records)
-    summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok))
+    summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok), ok, summary.get("median_ttft_ms"))
     summary["client_bound"] = summary["client_health"]["client_bound"]
     return summary

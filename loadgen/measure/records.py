@@ -16,6 +16,12 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     error_class: str | None = None
     error_message: str | None = None
     first_token_ns: int | None = None
+    # With kernel stamps: how far the first content event's stamp may lie after its arrival (0: exact,
+    # it ended its read); None with loop stamps or no content.
+    ttft_uncertainty_ns: int | None = None
+    num_coalesced_events: int = 0  # content events that shared their read with later bytes
+    num_uncertain_events: int = 0  # of those, stamps that may lie > 2 ms after arrival (kernel stamps)
+    slot_freed_ns: int | None = None  # concurrency mode: when the slot this request took was freed
     chunk_ns: list[int] = []
     chunk_tokens: list[float] = []
     input_len: int = 0
@@ -60,6 +66,18 @@ class WorkerHealth(msgspec.Struct, kw_only=True):
     limit: int = 0
     host: str = ""  # with Ray: the worker's hostname (IP) and node id; empty for forked workers
     node_id: str = ""
+    # Where latencies come from and how the client read (loadgen/README.md, "Client health").
+    stamp_source: str = "loop"  # "kernel", "loop" or "mixed" (some connections without kernel stamps)
+    client_delay: dict | None = None  # per read, loop stamp - kernel stamp: a LogHistogram.to_dict()
+    num_unstamped_reads: int = 0  # reads on a kernel-stamped connection that came without a stamp
+    num_stamp_after_read: int = 0  # kernel stamps later than their read (the realtime clock moved)
+    num_clock_steps: int = 0
+    max_clock_step_ms: float = 0.0
+    num_full_reads: int = 0  # reads that filled their buffer (more may have been queued)
+    max_queued_bytes: int = 0
+    num_window_full: int = 0  # full reads with the queue at half the receive buffer or more
+    run_wait_ms: list[float] = []  # per health tick: time runnable but waiting for a CPU (schedstat)
+    num_involuntary_switches: int = 0  # preempted by other processes (getrusage ru_nivcsw)
 
     @property
     def cpu_share(self) -> float:

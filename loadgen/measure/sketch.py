@@ -61,6 +61,21 @@ class LogHistogram:
         self.sumsq += other.sumsq
         self.max = max(self.max, other.max)
 
+    def to_dict(self) -> dict:
+        """A compact, JSON- and msgpack-safe form: the non-empty buckets and the exact moments."""
+        keys = np.flatnonzero(self.counts)
+        return {"alpha": self.alpha, "min_value": self.min_value, "keys": keys.tolist(),
+                "counts": self.counts[keys].tolist(), "size": self.size, "sum": self.sum,
+                "sumsq": self.sumsq, "max": self.max}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LogHistogram:
+        """The sketch `to_dict` described."""
+        out = cls(d["alpha"], d["min_value"])
+        out.counts[np.asarray(d["keys"], dtype=np.int64)] = np.asarray(d["counts"], dtype=np.int64)
+        out.size, out.sum, out.sumsq, out.max = d["size"], d["sum"], d["sumsq"], d["max"]
+        return out
+
     def _value(self, key: np.ndarray) -> np.ndarray:
         k = key - 1
         return np.where(key == 0, 0.0, self.min_value * 2 * self.gamma ** k / (self.gamma + 1))

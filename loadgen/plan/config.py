@@ -17,10 +17,20 @@ BACKEND_ALIASES = {"vllm": "openai-completions", "openai": "openai-completions",
                    "sglang-oai-chat": "openai-chat", "openai-chat": "openai-chat",
                    "openai-completions": "openai-completions"}
 TRANSPORTS = ("lean", "httpx")
+#: Where event times come from: the kernel's receive stamps (lean transport, where the OS gives
+#: them; else loop stamps) or the event loop's clock when it gets to the read.
+STAMP_SOURCES = ("kernel", "loop")
 # NOTE: a worker above these marks was the bottleneck, not the server (see README, "Client health").
 CLIENT_BOUND_CPU_SHARE = 0.90
 CLIENT_BOUND_LOOP_LAG_MS = 20.0
 CLIENT_BOUND_SEND_LAG_MS = 20.0
+# With kernel stamps (see README, "Client health"): a stamp may be this late before it counts as
+# uncertain; TTFT is judged against max(this, CLIENT_BOUND_STAMP_SHARE x median TTFT) at p99.
+CLIENT_BOUND_STAMP_MS = 2.0
+CLIENT_BOUND_STAMP_SHARE = 0.05
+CLIENT_BOUND_UNCERTAIN_EVENTS = 0.01  # share of events whose stamps may be > CLIENT_BOUND_STAMP_MS late
+CLIENT_BOUND_IDLE_SHARE = 0.05  # share of a slot's time it stood empty because the client refilled it late
+MACHINE_BUSY_WAIT_SHARE = 0.10  # a worker that waited this share of its time for a CPU: the machine is busy
 STREAMS_PER_AUTO_WORKER = 512
 
 
@@ -59,6 +69,7 @@ class RunConfig:
     extra_body: dict = field(default_factory=dict)
     headers: dict = field(default_factory=dict)
     transport: str = "lean"
+    stamps: str = "kernel"
     max_response_bytes: int = 64 << 20
     max_response_header_bytes: int = 64 << 10
     max_error_rate: float | None = None
@@ -91,6 +102,8 @@ class RunConfig:
             raise ValueError(f"backend must be one of {BACKENDS}")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
+        if self.stamps not in STAMP_SOURCES:
+            raise ValueError(f"stamps must be one of {STAMP_SOURCES}")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if self.request_rate <= 0:

@@ -149,7 +149,8 @@ SERVER_TIMING_FIELDS = tuple(name for name in RequestRecord.__struct_fields__ if
 
 
 def write_records(path: str, result: RunResult) -> None:
-    """One JSON line per request; times in ms from the run's first intended start.
+    """One JSON line per request; times in ms from the run's first intended start (`clock_t0_ns`
+    on the perf_counter_ns clock, so rows line up with other processes' stamps on this machine).
 
     `ttft_ms` and `e2e_latency_ms` start where the summary's do (see `origin_ns`)."""
     t0 = min((r.intended_ns for r in result.records), default=0)
@@ -167,6 +168,8 @@ def write_records(path: str, result: RunResult) -> None:
                 "usage_completion_tokens": r.usage_completion_tokens,
                 "client_output_tokens": r.client_output_tokens,
                 "chunk_ms": [ms(t) for t in r.chunk_ns], "session": r.session, "turn": r.turn,
+                "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,
+                "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
             }
             f.write(json.dumps(row) + "\n")
@@ -208,7 +211,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     health = s["client_health"]
     for w in health["workers"]:
         steady = w.get("loop_lag_steady_p99_ms")
-        table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}  loop lag p99 "
+        wait = "" if w.get("run_wait_share") is None else f"  waited for a CPU {w['run_wait_share']:.0%}"
+        table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}{wait}  loop lag p99 "
                       f"{w['loop_lag_p99_ms']:.1f} ms" + ("" if steady is None else f" (steady {steady:.1f})")
                       + f"  cpu/event {fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
                       f"{fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
@@ -220,10 +224,13 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
                       + (f"  [bold red]lost {h['workers_lost']}[/]" if h["workers_lost"] else ""))
     table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  median {fmt(s.get('median_send_lag_ms'))}  "
                   f"p99 {health['p99_send_lag_ms']:.2f}  max {health['max_send_lag_ms']:.2f}")
+    _stamp_rows(table, health)
     if s["client_bound"] is None:
         verdict = "not judged (no request succeeded)"
     elif s["client_bound"]:
         verdict = "[bold red]YES[/]: " + "; ".join(health["client_bound_reasons"])
+        if health.get("client_bound_cause"):
+            verdict += f" [bold]cause[/]: {health['client_bound_cause']}"
     else:
         verdict = "no"
     table.add_row("client-bound", verdict)
@@ -232,6 +239,29 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     _steady_rows(table, (result.timeline or {}).get("steady_state"))
     _server_rows(table, result.server_metrics, s.get("server_vs_client"))
     console.print(table)
+
+
+def _stamp_rows(table: Table, health: dict) -> None:
+    """Where latencies come from, and how exact they were (see loadgen/README.md, "Client health")."""
+    source = health.get("stamp_source", "loop")
+    if source == "loop":
+        table.add_row("stamps", "loop: event times are when the event loop got to each read "
+                      "(they include the client's own delay)")
+        return
+    delay = health.get("client_delay") or {}
+    line = f"{source}: kernel receive stamps"
+    if delay:
+        line += (f"; client delay (loop - kernel) median {delay['p50_ms']:.2f}  p99 {delay['p99_ms']:.2f}  "
+                 f"max {delay['max_ms']:.2f} ms over {delay['reads']:,} reads")
+    table.add_row("stamps", line)
+    if health.get("coalesced_share") is not None:
+        table.add_row("  exactness", f"{health['coalesced_share']:.1%} of events shared a read with later bytes "
+                      f"({health['uncertain_event_share']:.1%} possibly > 2 ms late); TTFT exact for "
+                      f"{fmt(health['ttft_exact_share'], '{:.1%}')} (uncertainty p99 "
+                      f"{fmt(health['ttft_uncertainty_p99_ms'])} ms)")
+    if (refill := health.get("refill")) is not None:
+        table.add_row("  refill lag (ms)", f"median {refill['refill_lag_p50_ms']:.2f}  p99 "
+                      f"{refill['refill_lag_p99_ms']:.2f}  (slots empty {refill['idle_share']:.1%} of the time)")
 
 
 def _steady_rows(table: Table, steady: dict | None) -> None:

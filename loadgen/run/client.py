@@ -22,6 +22,7 @@ from loadgen.run import httpcore_guards
 from loadgen.run.clock import now_ns
 from loadgen.run.sse import (
     MalformedSSE,
+    Reads,
     ServerErrorEvent,
     parse_server_timing_header,
     parse_stream,
@@ -91,6 +92,7 @@ class RawResponse:
     stamps: list[int] = field(default_factory=list)
     is_stream: bool = True
     server_timing: bytes | None = None  # the Server-Timing header's value, parsed after the request
+    reads: Reads | None = None  # how the lean transport read the body (None: loop stamps per read)
 
 
 class Client:
@@ -112,7 +114,8 @@ class Client:
         if cfg.effective_transport == "lean":
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
                                                   max_body_bytes=cfg.max_response_bytes,
-                                                  max_head_bytes=cfg.max_response_header_bytes)
+                                                  max_head_bytes=cfg.max_response_header_bytes,
+                                                  kernel_stamps=cfg.stamps == "kernel")
         else:
             httpcore_guards.apply(cfg.max_response_header_bytes)
             limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)
@@ -150,7 +153,7 @@ class Client:
                 raw.server_timing = _check_headers(headers)
                 if body is not None:
                     await body.complete()
-                    raw.chunks, raw.stamps = body.chunks, body.stamps
+                    raw.chunks, raw.stamps, raw.reads = body.chunks, body.stamps, _reads(body)
                 else:
                     await _read_body(response, raw, cfg.max_response_bytes)
         except ResponseTooLarge as exc:
@@ -168,14 +171,21 @@ class Client:
         except Exception as exc:  # noqa: BLE001 - any other failure is counted, never fatal
             _fail(rec, "other", f"{type(exc).__name__}: {exc}")
         finally:
-            rec.end_ns = now_ns()
             if rec.error_class is not None:
-                raw.chunks, raw.stamps = [], []
+                raw.chunks, raw.stamps, raw.reads = [], [], None
+            # NOTE: the end is the arrival of the last bytes (a kernel stamp where there is one),
+            # not the moment the loop got to them.
+            rec.end_ns = raw.stamps[-1] if raw.stamps else now_ns()
             if response is not None:
                 await response.aclose()
             elif body is not None:
                 await body.aclose()  # drops the connection unless the body is complete
 
+
+    @property
+    def stamp_source(self) -> str:
+        """Where this client's latencies come from: "kernel", "loop" or "mixed" (`LeanTransport`)."""
+        return self.lean.stamp_source if self.lean is not None else "loop"
 
     async def _open(self, request: httpx.Request | LeanRequest) -> tuple[int, list, httpx.Response | None,
                                                                         StampedBody | None]:
@@ -191,6 +201,10 @@ class Client:
             await response.aclose()
             raise BadResponse(header_cap_message(cap))
         return response.status_code, response.headers.raw, response, None
+
+
+def _reads(body: StampedBody) -> Reads:
+    return Reads(body.loop_stamps, body.is_kernel, body.floors)
 
 
 def _check_headers(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -251,19 +265,21 @@ def _fail(rec: RequestRecord, error_class: str, message: str) -> None:
         rec.error_class, rec.error_message = error_class, message[:500]
 
 
-def finish_record(raw: RawResponse, tokenizer=None) -> RequestRecord:
-    """Parse the kept bytes into the record (after the request); broken streams become errors."""
-    return finish_with_answer(raw, tokenizer, want_text=False)[0]
+def finish_record(raw: RawResponse, tokenizer=None, client_delays: list[int] | None = None) -> RequestRecord:
+    """Parse the kept bytes into the record (after the request); broken streams become errors.
+    `client_delays` gets each kernel-stamped read's loop stamp minus its kernel stamp (ns)."""
+    return finish_with_answer(raw, tokenizer, want_text=False, client_delays=client_delays)[0]
 
 
-def finish_with_answer(raw: RawResponse, tokenizer=None, want_text: bool = True) -> tuple[RequestRecord, str | None]:
+def finish_with_answer(raw: RawResponse, tokenizer=None, want_text: bool = True,
+                       client_delays: list[int] | None = None) -> tuple[RequestRecord, str | None]:
     """`finish_record`, and the answer's text (None when the request failed or `want_text` is off)."""
     rec, text = raw.record, None
     if rec.error_class is not None:
         return rec, None
     try:
         if raw.is_stream:
-            text = parse_stream(rec, raw.chunks, raw.stamps, tokenizer, want_text)
+            text = parse_stream(rec, raw.chunks, raw.stamps, tokenizer, want_text, raw.reads, client_delays)
         else:
             text = parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
         if raw.server_timing is not None:
@@ -274,5 +290,5 @@ def finish_with_answer(raw: RawResponse, tokenizer=None, want_text: bool = True)
         _fail(rec, "malformed_sse", str(exc))
     except Exception as exc:  # noqa: BLE001 - one odd response must not take the worker down
         _fail(rec, "other", f"cannot parse the response: {type(exc).__name__}: {exc}")
-    raw.chunks, raw.stamps = [], []
+    raw.chunks, raw.stamps, raw.reads = [], [], None
     return rec, (text if rec.error_class is None else None)

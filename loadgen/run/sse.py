@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import msgspec
 
 from loadgen.measure.records import RequestRecord
+from loadgen.plan.config import CLIENT_BOUND_STAMP_MS
+
+#: A kernel stamp that may lie further than this after its event's arrival counts as uncertain.
+STAMP_TOLERANCE_NS = int(CLIENT_BOUND_STAMP_MS * 1e6)
 
 
 class MalformedSSE(ValueError):
@@ -78,6 +83,8 @@ _DONE_TAIL = b"\n\ndata: [DONE]\n\n"
 SOURCE_USAGE_DELTAS = "usage deltas"
 SOURCE_PER_EVENT = "one per content event"
 _CRLF = re.compile(b"\r\n")
+#: Decoded events, the body piece that completed each, and whether each ended its read.
+_Decoded = tuple[list[_Chunk], list[int], list[bool]]
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -112,22 +119,63 @@ def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
     return body, [end - bisect_left(dropped, end) for end in ends]
 
 
+@dataclass
+class Reads:
+    """How a body's pieces were read (`connection.py`): each piece's loop stamp (equal for the
+    pieces of one read), whether the stamps are the kernel's, and each piece's lower bound: its
+    read's bytes arrived after it (empty: unknown)."""
+
+    loop_stamps: list[int]
+    is_kernel: bool
+    floors: list[int] = field(default_factory=list)
+
+
 def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None,
-                 want_text: bool = False) -> str | None:
+                 want_text: bool = False, reads: Reads | None = None,
+                 client_delays: list[int] | None = None) -> str | None:
     """Fill `record` from a streamed body; raises MalformedSSE on a broken stream. Returns the
     answer's text with `want_text` (multi-turn sessions), else None.
 
     Output tokens are counted per content event as the server emitted them: the growth of
-    `usage.completion_tokens` when the server streams usage in every chunk, else one per event."""
+    `usage.completion_tokens` when the server streams usage in every chunk, else one per event.
+    Each event takes the stamp of the read that completed it; an event followed by more bytes in
+    that read is coalesced (`record.num_coalesced_events`), and with kernel stamps the first
+    content event's uncertainty is its stamp minus its read's lower bound (`ttft_uncertainty_ns`,
+    0 when exact). `client_delays` gets each read's loop stamp minus its kernel stamp."""
+    reads = reads or Reads(loop_stamps=stamps, is_kernel=False)
+    last = _read_ends(reads.loop_stamps)
     body, ends = _events(chunks)
     body, ends = _take_server_timing(record, body, ends)
-    decoded = _common_stream(body, ends, stamps)
+    decoded = _common_stream(body, ends, last)
     if decoded is None:
-        decoded = _any_stream(body, ends, stamps)
-    texts, cumulative = _take_chunks(record, *decoded)
+        decoded = _any_stream(body, ends, last)
+    texts, cumulative, pieces, exact = _take_chunks(record, decoded, stamps)
     record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
+    if reads.is_kernel and reads.floors and pieces:
+        _uncertainty(record, reads.floors, stamps, pieces, exact)
+    if client_delays is not None and reads.is_kernel:
+        client_delays.extend([reads.loop_stamps[j] - stamps[j] for j in range(len(last)) if last[j] == j])
     _count_tokens(record, texts, tokenizer)
     return "".join(texts) if want_text else None
+
+
+def _uncertainty(record: RequestRecord, floors: list[int], stamps: list[int], pieces: list[int],
+                 exact: list[bool]) -> None:
+    """How late the content events' kernel stamps may be: 0 for an event that ended its read, else
+    its stamp minus its read's lower bound. Sets the first event's and counts those past
+    STAMP_TOLERANCE_NS."""
+    late = [stamps[p] - floors[p] for p, is_exact in zip(pieces, exact, strict=True) if not is_exact]
+    record.ttft_uncertainty_ns = 0 if exact[0] else max(stamps[pieces[0]] - floors[pieces[0]], 0)
+    record.num_uncertain_events = sum([u > STAMP_TOLERANCE_NS for u in late])
+
+
+def _read_ends(loop_stamps: list[int]) -> list[int]:
+    """For each piece, the index of the last piece of the same read (pieces of a read share a loop stamp)."""
+    out = list(range(len(loop_stamps)))
+    for j in range(len(loop_stamps) - 2, -1, -1):
+        if loop_stamps[j] == loop_stamps[j + 1]:
+            out[j] = out[j + 1]
+    return out
 
 
 def _take_server_timing(record: RequestRecord, body: bytes, ends: list[int]) -> tuple[bytes, list[int]]:
@@ -181,7 +229,7 @@ def parse_server_timing_header(record: RequestRecord, value: bytes) -> None:
     _set_server_timing(record, _ServerTiming(**spans, prefill_steps=None if steps is None else int(steps)))
 
 
-def _common_stream(body: bytes, ends: list[int], stamps: list[int]) -> tuple[list[_Chunk], list[int]] | None:
+def _common_stream(body: bytes, ends: list[int], last: list[int]) -> _Decoded | None:
     """The common stream, one `data: ` line per event and [DONE] last, decoded without a loop per event.
 
     JSON escapes newlines inside strings, so when the body holds exactly two `\\n` per event, every
@@ -195,30 +243,36 @@ def _common_stream(body: bytes, ends: list[int], stamps: list[int]) -> tuple[lis
         return None
     if len(chunks) != num - 1:
         return None  # an event that was not one JSON value
-    event_stamps: list[int] = []
+    pieces: list[int] = []
+    exact: list[bool] = []
     start, newlines, done = 0, 0, 0
-    for end, stamp in zip(ends, stamps, strict=True):
+    for j, end in enumerate(ends):
         newlines += body.count(b"\n", start, end)
         # NOTE: newlines come in pairs, one pair per event; an event ends at its pair's second one.
-        event_stamps += [stamp] * (newlines // 2 - done)
+        if num_new := newlines // 2 - done:
+            pieces += [j] * num_new
+            # NOTE: only a read's last event can be exact, and only when nothing follows it in the read.
+            is_last_exact = last[j] == j and newlines % 2 == 0 and body[end - 1] == 10
+            exact += [False] * (num_new - 1) + [is_last_exact]
         start, done = end, newlines // 2
-    return chunks, event_stamps[: len(chunks)]
+    return chunks, pieces[: len(chunks)], exact[: len(chunks)]
 
 
-def _any_stream(body: bytes, ends: list[int], stamps: list[int]) -> tuple[list[_Chunk], list[int]]:
+def _any_stream(body: bytes, ends: list[int], last: list[int]) -> _Decoded:
     """Any valid SSE stream (comments, several lines per event, CR line ends); MalformedSSE otherwise."""
     events = body.split(b"\n\n")
     if (tail := events.pop()).strip():
         raise MalformedSSE(f"stream ended inside an event: {tail[:80]!r}")
-    payloads, event_stamps, is_done = _payloads(events, ends, stamps)
+    payloads, pieces, exact, is_done = _payloads(events, ends, last)
     if not is_done:
         raise MalformedSSE("stream ended without data: [DONE]")
-    return _decode_all(payloads), event_stamps
+    return _decode_all(payloads), pieces, exact
 
 
-def _payloads(events: list[bytes], ends: list[int], stamps: list[int]) -> tuple[list[bytes], list[int], bool]:
-    """Each JSON `data:` payload with the stamp of the read that completed it, and whether [DONE] came."""
-    payloads, event_stamps, pos, done = [], [], 0, False
+def _payloads(events: list[bytes], ends: list[int], last: list[int]) -> tuple[list[bytes], list[int], list[bool], bool]:
+    """Each JSON `data:` payload with the piece that completed it and whether it ended its read, and
+    whether [DONE] came."""
+    payloads, pieces, exact, pos, done = [], [], [], 0, False
     for event in events:
         pos += len(event) + 2
         if event.startswith(b"data: ") and b"\n" not in event:
@@ -229,8 +283,10 @@ def _payloads(events: list[bytes], ends: list[int], stamps: list[int]) -> tuple[
             done = True
             continue
         payloads.append(payload)
-        event_stamps.append(stamps[bisect_right(ends, pos - 1)])
-    return payloads, event_stamps, done
+        piece = bisect_right(ends, pos - 1)
+        pieces.append(piece)
+        exact.append(ends[last[piece]] == pos)
+    return payloads, pieces, exact, done
 
 
 def _event_data(event: bytes) -> bytes | None:
@@ -266,13 +322,18 @@ def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
     raise MalformedSSE("undecodable stream")  # e.g. a payload that is not one JSON value
 
 
-def _take_chunks(record: RequestRecord, chunks: list[_Chunk], stamps: list[int]) -> tuple[list[str], list]:
-    """Usage, content events' stamps and texts, and each content event's streamed usage (or None)."""
+def _take_chunks(record: RequestRecord, decoded: _Decoded,
+                 stamps: list[int]) -> tuple[list[str], list, list[int], list[bool]]:
+    """Usage, content events' stamps and texts, each content event's streamed usage (or None), and
+    each content event's piece and whether its stamp is exact (it ended its read)."""
     texts: list[str] = []
     cumulative: list[int | None] = []
+    content_pieces: list[int] = []
+    content_exact: list[bool] = []
     chunk_ns = record.chunk_ns
     usage = None
-    for chunk, stamp in zip(chunks, stamps, strict=True):
+    chunks, pieces, exact = decoded
+    for chunk, piece, is_exact in zip(chunks, pieces, exact, strict=True):
         if chunk.error is not None:
             raise ServerErrorEvent(f"error event in stream: {str(chunk.error)[:200]}")
         usage = chunk.usage
@@ -281,7 +342,9 @@ def _take_chunks(record: RequestRecord, chunks: list[_Chunk], stamps: list[int])
             continue
         text = _choice_text(choices[0]) if len(choices) == 1 else "".join([_choice_text(c) for c in choices])
         if text:
-            chunk_ns.append(stamp)
+            chunk_ns.append(stamps[piece])
+            content_pieces.append(piece)
+            content_exact.append(is_exact)
             texts.append(text)
             cumulative.append(usage.completion_tokens if usage is not None else None)
     last = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
@@ -289,7 +352,8 @@ def _take_chunks(record: RequestRecord, chunks: list[_Chunk], stamps: list[int])
         record.usage_prompt_tokens, record.usage_completion_tokens = last.prompt_tokens, last.completion_tokens
     if chunk_ns:
         record.first_token_ns = chunk_ns[0]
-    return texts, cumulative
+    record.num_coalesced_events = len(content_exact) - sum(content_exact)
+    return texts, cumulative, content_pieces, content_exact
 
 
 def _per_event_tokens(cumulative: list[int | None]) -> tuple[list[float], str]:

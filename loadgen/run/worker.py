@@ -10,16 +10,20 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import os
 import re
 import resource
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
 import msgspec
+import numpy as np
 
 from loadgen.measure.records import RequestRecord, WorkerHealth, WorkerResult
+from loadgen.measure.sketch import SketchBuilder
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import load_tokenizer
 from loadgen.run.client import Client, RawResponse, finish_record, finish_with_answer, turn_body
@@ -103,6 +107,9 @@ class _Worker:
         self.in_flight = 0
         self.full_at_s: float | None = None
         self.lag_at_s: list[float] = []
+        self.run_wait_ms: list[float] = []
+        self.freed: deque[int] = deque()
+        self.delays = _Delays()
 
     async def run(self, barrier, start_ns) -> WorkerResult:
         num_conn = self.limit or max(64, len(self.plan.items))
@@ -127,18 +134,23 @@ class _Worker:
                                   wall_s=time.perf_counter() - wall0, loop_lag_ms=self.lags_ms,
                                   sys_cpu_s=usage.ru_stime - usage0.ru_stime,
                                   num_sleeps=usage.ru_nvcsw - usage0.ru_nvcsw, lag_at_s=self.lag_at_s,
-                                  full_at_s=self.full_at_s, limit=self.limit or 0)
+                                  full_at_s=self.full_at_s, limit=self.limit or 0,
+                                  run_wait_ms=self.run_wait_ms,
+                                  num_involuntary_switches=usage.ru_nivcsw - usage0.ru_nivcsw)
+            _read_health(client, health)
         tokenizer = load_tokenizer(self.plan.tokenizer_path)
         cpu1 = time.process_time()
         # NOTE: parsing makes no reference cycles; with the collector on, each of its passes
         # re-walks every kept record (parse 1.7 -> 1.5 µs per event in a 5 s flood run).
         gc.disable()
         try:
-            self.records += [finish_record(raw, tokenizer) for raw in self.raws]
+            self.records += [finish_record(raw, tokenizer, self.delays) for raw in self.raws]
         finally:
             gc.enable()
         health.parse_cpu_s = time.process_time() - cpu1
         health.num_events = sum([len(r.chunk_ns) for r in self.records])
+        if health.stamp_source != "loop":
+            health.client_delay = self.delays.builder.flush().to_dict()
         return WorkerResult(records=self.records, health=health, interrupted=self.is_interrupted)
 
     async def _warmup(self) -> None:
@@ -179,27 +191,38 @@ class _Worker:
                 if sem is not None:
                     sem.release()
                 break
-            send = self._one if item.session is None else self._session
-            task = asyncio.create_task(send(item, intended, sem))
+            if item.session is None:
+                freed = self.freed.popleft() if self.freed else None
+                task = asyncio.create_task(self._one(item, intended, sem, freed))
+            else:
+                task = asyncio.create_task(self._session(item, intended, sem))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def _one(self, item: WorkItem, intended_ns: int, sem) -> None:
+    async def _one(self, item: WorkItem, intended_ns: int, sem, freed_ns: int | None = None) -> None:
         rec = _new_record(item, self.plan.worker)
-        rec.intended_ns = intended_ns
+        rec.intended_ns, rec.slot_freed_ns = intended_ns, freed_ns
         raw = RawResponse(rec, is_stream=self.cfg.stream)
         self.counters[self.base + LiveCount.IN_FLIGHT] += 1
         self.in_flight += 1
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
             self.full_at_s = (now_ns() - self.t0) / 1e9
         try:
-            await self.client.send(self.requests[item.index % self.plan.num_total], raw)
+            await self.client.send(self._request(item), raw)
         finally:
             self.counters[self.base + LiveCount.IN_FLIGHT] -= 1
             self.in_flight -= 1
             if sem is not None:
+                if not (self.cfg.is_rate_mode or self.cfg.ramp_up_s):
+                    self.freed.append(rec.end_ns)  # NOTE: the next request sent takes this slot
                 sem.release()
         self._keep(raw)
+
+    def _request(self, item: WorkItem):
+        """The prepared request; a repeat (--duration) with --request-id-prefix gets its own id."""
+        if item.index >= self.plan.num_total and self.cfg.request_id_prefix is not None:
+            return self.client.prepare(item.body, item.index)
+        return self.requests[item.index % self.plan.num_total]
 
     async def _session(self, item: WorkItem, intended_ns: int, sem) -> None:
         """A multi-turn session, holding its concurrency slot for all its turns. Each turn's answer is
@@ -228,7 +251,7 @@ class _Worker:
                 raw = RawResponse(rec, is_stream=self.cfg.stream)
                 await self.client.send(request, raw)
                 self._count(raw)
-                rec, answer = finish_with_answer(raw)
+                rec, answer = finish_with_answer(raw, client_delays=self.delays)
                 self.records.append(rec)
                 if answer is None:
                     break
@@ -253,7 +276,7 @@ class _Worker:
         self._count(raw)
         size = sum(len(x) for x in raw.chunks)
         if self.raw_bytes + size > MAX_RAW_BYTES:
-            self.records.append(finish_record(raw))
+            self.records.append(finish_record(raw, client_delays=self.delays))
         else:
             self.raw_bytes += size
             self.raws.append(raw)
@@ -279,16 +302,82 @@ class _Worker:
 
     async def _monitor(self) -> None:
         loop = asyncio.get_running_loop()
+        waits = _RunWait()
+        try:
+            await self._tick(loop, waits)
+        finally:
+            waits.close()
+
+    async def _tick(self, loop, waits: _RunWait) -> None:
         while True:
             expected = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
             self.lags_ms.append(max(0.0, (loop.time() - expected) * 1e3))
             self.lag_at_s.append((now_ns() - self.t0) / 1e9)
+            if (wait_ms := waits.since_last()) is not None:
+                self.run_wait_ms.append(wait_ms)
+            if self.client.lean is not None:
+                self.client.lean.clock.recheck()
             if not self.is_interrupted and self.stop_event.is_set():
                 self.is_interrupted = True
                 self.dispatcher.cancel()
                 for task in list(self.tasks):
                     task.cancel()
+
+
+class _Delays:
+    """Collects client delays (ns, per read) into a log sketch, in batches (bounded memory)."""
+
+    def __init__(self) -> None:
+        self.builder = SketchBuilder()
+
+    def extend(self, delays_ns: list[int]) -> None:
+        if delays_ns:
+            self.builder.extend(np.asarray(delays_ns, dtype=np.float64) / 1e6)
+
+
+class _RunWait:
+    """This thread's time runnable but waiting for a CPU (`/proc/thread-self/schedstat`, Linux)."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+        self._last = self._read()
+
+    def _read(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def since_last(self) -> float | None:
+        """Milliseconds waited since the previous call (None where not available)."""
+        now = self._read()
+        if now is None or self._last is None:
+            return None
+        wait, self._last = (now - self._last) / 1e6, now
+        return wait
+
+
+def _read_health(client: Client, health: WorkerHealth) -> None:
+    """The transport's figures: where stamps came from, clock steps, how reading kept up."""
+    health.stamp_source = client.stamp_source
+    if client.lean is None:
+        return
+    clock, stats = client.lean.clock, client.lean.read_stats
+    health.num_clock_steps, health.max_clock_step_ms = clock.num_steps, clock.max_step_ns / 1e6
+    health.num_unstamped_reads, health.num_stamp_after_read = stats.num_unstamped, stats.num_stamp_after_read
+    health.num_full_reads, health.max_queued_bytes = stats.num_full_reads, stats.max_queued_bytes
+    health.num_window_full = stats.num_window_full
 
 
 async def _sleep_until(when_ns: int) -> None:

@@ -22,16 +22,19 @@ import tempfile
 import time
 
 import httpx
+import numpy as np
 
 from loadgen.selftest import testserver
 
 SCENARIOS = (("paced", 256), ("paced", 2048), ("flood", 256))
+#: The server stamps an event just before its write; the client's kernel stamp comes a few µs later.
+BOUND_SLACK_MS = 0.05
 
 
 def _server(mode: str, cpu: int) -> tuple[subprocess.Popen, str]:
     gap = "20" if mode == "paced" else "0"
     burst = ["--burst"] if mode == "burst" else []
-    return testserver.spawn("--ttft-ms", "20", "--gap-ms", gap, "--cpu", str(cpu), *burst)
+    return testserver.spawn("--ttft-ms", "20", "--gap-ms", gap, "--cpu", str(cpu), "--truth-stamps", *burst)
 
 
 def _children_cpu() -> float:
@@ -39,27 +42,69 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_loadgen(url: str, streams: int, args, cpu: int) -> dict:
-    """One pinned loadgen run; returns its figures."""
-    out = os.path.join(tempfile.mkdtemp(), "r.json")
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def wire_truth(rows: list[dict], truth: dict[str, list[int]], prefix: str) -> dict:
+    """Each measured request against the server's write times of its events (same machine clock).
+
+    True TTFT = first event's write − the request's send (the client's start stamp); true ITL =
+    gaps between writes; the stamp error of an event = the client's stamp − its write time."""
+    ttft, true_ttft, itl, true_itl, errors = [], [], [], [], []
+    violations = 0
+    for row in rows:
+        times = truth.get(f"{prefix}{row['index']}")
+        if not row["ok"] or not times or len(times) != len(row["chunk_ms"]):
+            continue
+        t0 = row["clock_t0_ns"]
+        start, chunks = t0 + row["start_ms"] * 1e6, [t0 + c * 1e6 for c in row["chunk_ms"]]
+        ttft.append((chunks[0] - start) / 1e6)
+        true_ttft.append((times[0] - start) / 1e6)
+        itl += [(b - a) / 1e6 for a, b in zip(chunks, chunks[1:], strict=False)]
+        true_itl += [(b - a) / 1e6 for a, b in zip(times, times[1:], strict=False)]
+        errors += [(c - t) / 1e6 for c, t in zip(chunks, times, strict=True)]
+        if row.get("ttft_uncertainty_ms") is not None:
+            # NOTE: the bound must hold: the stamp lies at most its uncertainty after the write.
+            violations += (chunks[0] - times[0]) / 1e6 > row["ttft_uncertainty_ms"] + BOUND_SLACK_MS
+    out = {"matched_requests": len(ttft), "ttft_bound_violations": violations}
+    for name, values in (("ttft", ttft), ("true_ttft", true_ttft), ("itl", itl), ("true_itl", true_itl)):
+        out[f"median_{name}_ms"], out[f"p99_{name}_ms"] = _pct(values, 50), _pct(values, 99)
+    out["stamp_error_p50_ms"], out["stamp_error_p99_ms"] = _pct(errors, 50), _pct(errors, 99)
+    out["stamp_error_max_ms"] = max(errors) if errors else None
+    return out
+
+
+def run_loadgen(url: str, streams: int, args, cpu: int, stamps: str = "kernel") -> dict:
+    """One pinned loadgen run; returns its figures, and its stamps against the server's write times."""
+    tmp = tempfile.mkdtemp()
+    prefix = f"sb-{os.path.basename(tmp)}-"  # NOTE: the server keeps every run's ids: each run its own
+    out, records = os.path.join(tmp, "r.json"), os.path.join(tmp, "records.jsonl")
     cmd = ["taskset", "-c", str(cpu), sys.executable, "-m", "loadgen", "--base-url", url,
            "--concurrency", str(streams), "--duration", str(args.duration), "--workers", "1",
            "--random-input-len", "16", "--random-output-len", str(args.output_len),
            "--random-range-ratio", "1.0", "--warmup", str(streams), "--transport", args.transport,
-           "--quiet", "--output", out]
+           "--stamps", stamps, "--request-id-prefix", prefix, "--quiet", "--output", out,
+           "--records", records, "--no-server-metrics"]
     subprocess.run(cmd, check=True, timeout=args.duration + 300)
     with open(out) as f:
         data = json.load(f)
+    with open(records) as f:
+        rows = [json.loads(line) for line in f]
     w = data["summary"]["client_health"]["workers"][0]
     events = data["total_output_tokens_client"]
     # NOTE: the whole run's cost: reading in the measured window, then parsing after it.
-    return {"cpu_us_per_event": (w["cpu_s"] + w.get("parse_cpu_s", 0.0)) * 1e6 / max(events, 1),
+    return {"stamps": data["summary"]["client_health"]["stamp_source"],
+            "cpu_us_per_event": (w["cpu_s"] + w.get("parse_cpu_s", 0.0)) * 1e6 / max(events, 1),
             "read_cpu_us_per_event": w["cpu_s"] * 1e6 / max(events, 1),
             "parse_cpu_us_per_event": w.get("parse_cpu_s", 0.0) * 1e6 / max(events, 1),
-            "events_per_s": events / w["wall_s"],
+            "events_per_s": events / w["wall_s"], "cpu_share": w["cpu_share"],
             "sys_cpu_us_per_event": w["sys_cpu_s"] * 1e6 / max(events, 1), "sleeps_per_s": w["sleeps_per_s"],
-            "median_ttft_ms": data["median_ttft_ms"], "mean_itl_ms": data["mean_itl_ms"],
-            "client_bound": data["client_bound"], "failed": data["failed"]}
+            "reported_median_ttft_ms": data["median_ttft_ms"], "reported_mean_itl_ms": data["mean_itl_ms"],
+            "coalesced_share": data["summary"]["client_health"].get("coalesced_share"),
+            "client_bound": data["client_bound"], "reasons": data["summary"]["client_health"]["client_bound_reasons"],
+            "cause": data["summary"]["client_health"].get("client_bound_cause"),
+            "failed": data["failed"], **wire_truth(rows, httpx.get(url + "/truth", timeout=60).json(), prefix)}
 
 
 def run_aiohttp(url: str, streams: int, args, cpu: int) -> dict:
@@ -196,12 +241,49 @@ def _drive_guidellm(cmd, tmp, env, log, url, out, before, args) -> dict:
             "process_cpu_us_per_event": total_cpu * 1e6 / max(sent, 1), "events_total": sent}
 
 
+def _hog(cpu: int) -> subprocess.Popen:
+    """A busy loop pinned to `cpu`: another process that wants the client's core all the time."""
+    return subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while 1: pass"])
+
+
+def _scenario(mode: str, streams: int, args) -> None:
+    proc, url = _server(mode, args.server_cpu)
+    hog = _hog(args.client_cpu) if args.hog else None
+    label = {"hog": bool(hog)}
+    try:
+        time.sleep(0.3)
+        for stamps in args.stamps.split(","):
+            row = run_loadgen(url, streams, args, args.client_cpu, stamps)
+            print(json.dumps({"client": f"loadgen/{args.transport}", "mode": mode, "streams": streams,
+                              **label, **row}), flush=True)
+        if args.aiohttp:
+            peer = run_aiohttp(url, streams, args, args.client_cpu)
+            print(json.dumps({"client": "aiohttp (bare)", "mode": mode, "streams": streams, **label, **peer}),
+                  flush=True)
+        if args.guidellm is None:
+            print(f"guidellm: skipped ({mode}, {streams}): no --guidellm path given", flush=True)
+        elif not os.path.exists(args.guidellm):
+            print(f"guidellm: skipped: {args.guidellm} does not exist", flush=True)
+        else:
+            peer = run_guidellm(args.guidellm, url, streams, args, args.client_cpu)
+            print(json.dumps({"client": "guidellm", "mode": mode, "streams": streams, **label, **peer}), flush=True)
+    finally:
+        for p in (hog, proc):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run every scenario and print one line per client and scenario."""
     p = argparse.ArgumentParser(prog="python -m loadgen.selftest.selfbench")
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--transport", default="lean")
+    p.add_argument("--stamps", default="kernel,loop",
+                   help="loadgen runs per scenario, one per stamp source (kernel, loop or both)")
+    p.add_argument("--hog", action="store_true",
+                   help="run a busy loop pinned to the client's core during each scenario")
     p.add_argument("--guidellm", default=None, help="path to a guidellm executable (peer)")
     p.add_argument("--aiohttp", action="store_true", help="also run a bare aiohttp client (peer)")
     p.add_argument("--scenarios", default=None,
@@ -213,28 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     scenarios = SCENARIOS if args.scenarios is None else [
         (m, int(n)) for m, n in (x.split(":") for x in args.scenarios.split(","))]
     for mode, streams in scenarios:
-        proc, url = _server(mode, args.server_cpu)
-        try:
-            time.sleep(0.3)
-            row = run_loadgen(url, streams, args, args.client_cpu)
-            truth = httpx.get(url + "/stats").json()
-            ttfts = sorted(truth["ttft_ms"])
-            row["true_median_ttft_ms"] = ttfts[len(ttfts) // 2]
-            row["true_mean_gap_ms"] = truth["mean_gap_ms"]
-            print(json.dumps({"client": f"loadgen/{args.transport}", "mode": mode, "streams": streams, **row}), flush=True)
-            if args.aiohttp:
-                peer = run_aiohttp(url, streams, args, args.client_cpu)
-                print(json.dumps({"client": "aiohttp (bare)", "mode": mode, "streams": streams, **peer}), flush=True)
-            if args.guidellm is None:
-                print(f"guidellm: skipped ({mode}, {streams}): no --guidellm path given", flush=True)
-            elif not os.path.exists(args.guidellm):
-                print(f"guidellm: skipped: {args.guidellm} does not exist", flush=True)
-            else:
-                peer = run_guidellm(args.guidellm, url, streams, args, args.client_cpu)
-                print(json.dumps({"client": "guidellm", "mode": mode, "streams": streams, **peer}), flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+        _scenario(mode, streams, args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Used by the tests and by `python -m loadgen.selftest.selfbench`. It speaks just enough HTTP/1.1 (httptools)
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
-`/stats` (and `/last_request`: the headers and body of the latest completion request; with
+`/stats` (and `/last_request`: the headers and body of the latest completion request; with `--truth-stamps`,
+`/truth`: each content event's write time (perf_counter_ns) per `x-request-id`; with
 `--log-requests`, `/requests`: every completion request's body and the answer text it got, each
 answer's tokens being " a<N>" for the N-th request, so a test can follow multi-turn sessions). With
 `--certfile/--keyfile` it serves https. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
@@ -79,6 +80,7 @@ class ServerScript:
     metrics: str | None = None  # serve /metrics with vLLM's ("vllm") or SGLang's ("sglang") names
     log_requests: bool = False  # keep every completion body and its answer; tokens " a<N>" (N-th request)
     capacity: int | None = None  # streams served at once; the rest wait in FIFO order (a known knee)
+    truth_stamps: bool = False  # keep each content event's write time per x-request-id (GET /truth)
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -125,6 +127,7 @@ class _Handler(asyncio.Protocol):
         self._body: list[bytes] = []
         self._headers: dict[str, str] = {}
         self.asks_timing = False
+        self.request_id: str | None = None
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport) -> None:
@@ -156,6 +159,7 @@ class _Handler(asyncio.Protocol):
         if path in (b"/v1/chat/completions", b"/v1/completions"):
             self._server.last_request = {"headers": self._headers, "body": msgspec.json.decode(body)}
         self.asks_timing = "x-server-timing" in self._headers
+        self.request_id = self._headers.get("x-request-id")
         self._headers = {}
         self._server._route(self, path, body)
 
@@ -187,6 +191,9 @@ class ScriptedServer:
         self.last_request: dict | None = None
         self.request_log: list[dict] = []
         self.truth = _Truth()
+        #: x-request-id -> each content event's write time (perf_counter_ns: the machine's monotonic
+        #: clock, loadgen's too), with `truth_stamps`
+        self.event_times: dict[str, list[int]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._serving = 0
         self._queue: deque[_Stream] = deque()
@@ -215,6 +222,8 @@ class ScriptedServer:
                        b"content-length: %d\r\n\r\n%s" % (len(body), body))
         elif path == b"/last_request":
             conn.write(_json_response("200 OK", self.last_request))
+        elif path == b"/truth" and self.script.truth_stamps:
+            conn.write(_json_response("200 OK", self.event_times))
         elif path == b"/requests" and self.script.log_requests:
             conn.write(_json_response("200 OK", self.request_log))
         elif path in (b"/tokenize", b"/detokenize") and not self.script.has_tokenize:
@@ -334,6 +343,9 @@ class _Stream:
         self.prompt_tokens = prompt_tokens
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
+        self.times = None
+        if server.script.truth_stamps and conn.request_id is not None:
+            self.times = server.event_times.setdefault(conn.request_id, [])
         self.last_ns = 0
         self.first_ns = arrived
         self.pending = b""
@@ -384,6 +396,8 @@ class _Stream:
         truth.ttft_ns.append(now - self.arrived)
         self.first_ns = now
         truth.num_gaps += self.n - 1
+        if self.times is not None:
+            self.times += [now] * self.n
         self.sent = self.n
         self._finish(payload * self.n)
 
@@ -405,6 +419,8 @@ class _Stream:
             truth.num_gaps += 1
         self.last_ns = now
         self.sent += 1
+        if self.times is not None:
+            self.times.append(now)
         return self._send(payload)
 
     def _send(self, events: bytes, is_last: bool = False) -> bool:
@@ -481,6 +497,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="keep every completion body and its answer (GET /requests); tokens are ' a<N>'")
     p.add_argument("--capacity", type=int, default=None,
                    help="serve at most this many streams at once; others wait (FIFO) before their TTFT clock")
+    p.add_argument("--truth-stamps", action="store_true",
+                   help="keep each content event's write time per x-request-id (GET /truth)")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -489,7 +507,8 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
                           has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics,
-                          log_requests=args.log_requests, capacity=args.capacity)
+                          log_requests=args.log_requests, capacity=args.capacity,
+                          truth_stamps=args.truth_stamps)
     import uvloop
 
     async def serve() -> None:
