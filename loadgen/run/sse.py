@@ -149,7 +149,7 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     decoded = _common_stream(body, ends, last)
     if decoded is None:
         decoded = _any_stream(body, ends, last)
-    texts, cumulative, pieces, exact = _take_chunks(record, decoded, stamps)
+    texts, cumulative, pieces, exact = _take_chunks(record, decoded, stamps, last)
     record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
     if reads.is_kernel and reads.floors and pieces:
         _uncertainty(record, reads.floors, stamps, pieces, exact)
@@ -322,38 +322,56 @@ def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
     raise MalformedSSE("undecodable stream")  # e.g. a payload that is not one JSON value
 
 
-def _take_chunks(record: RequestRecord, decoded: _Decoded,
-                 stamps: list[int]) -> tuple[list[str], list, list[int], list[bool]]:
+def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int],
+                 last: list[int]) -> tuple[list[str], list, list[int], list[bool]]:
     """Usage, content events' stamps and texts, each content event's streamed usage (or None), and
-    each content event's piece and whether its stamp is exact (it ended its read)."""
+    each content event's piece and whether its stamp is exact (`_exact_content`)."""
     texts: list[str] = []
     cumulative: list[int | None] = []
     content_pieces: list[int] = []
-    content_exact: list[bool] = []
+    is_content: list[bool] = []
     chunk_ns = record.chunk_ns
     usage = None
-    chunks, pieces, exact = decoded
-    for chunk, piece, is_exact in zip(chunks, pieces, exact, strict=True):
+    chunks, pieces, ends_read = decoded
+    for chunk, piece in zip(chunks, pieces, strict=True):
         if chunk.error is not None:
             raise ServerErrorEvent(f"error event in stream: {str(chunk.error)[:200]}")
         usage = chunk.usage
         choices = chunk.choices
-        if not choices:
-            continue
-        text = _choice_text(choices[0]) if len(choices) == 1 else "".join([_choice_text(c) for c in choices])
+        text = "" if not choices else (_choice_text(choices[0]) if len(choices) == 1
+                                       else "".join([_choice_text(c) for c in choices]))
+        is_content.append(bool(text))
         if text:
             chunk_ns.append(stamps[piece])
             content_pieces.append(piece)
-            content_exact.append(is_exact)
             texts.append(text)
             cumulative.append(usage.completion_tokens if usage is not None else None)
-    last = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
-    if last is not None:
-        record.usage_prompt_tokens, record.usage_completion_tokens = last.prompt_tokens, last.completion_tokens
+    final = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
+    if final is not None:
+        record.usage_prompt_tokens, record.usage_completion_tokens = final.prompt_tokens, final.completion_tokens
     if chunk_ns:
         record.first_token_ns = chunk_ns[0]
-    record.num_coalesced_events = len(content_exact) - sum(content_exact)
-    return texts, cumulative, content_pieces, content_exact
+    exact = _exact_content(pieces, ends_read, is_content, last)
+    record.num_coalesced_events = len(exact) - sum(exact)
+    return texts, cumulative, content_pieces, exact
+
+
+def _exact_content(pieces: list[int], ends_read: list[bool], is_content: list[bool], last: list[int]) -> list[bool]:
+    """For each content event, whether its stamp is exact: no later content event has bytes in its
+    read. Events without content after it in the read (a finish chunk, usage, [DONE]) do not count:
+    servers write them with the last token."""
+    out: list[bool] = []
+    group, tail_ok, content_after = -1, True, False
+    for k in range(len(pieces) - 1, -1, -1):
+        if last[pieces[k]] != group:  # NOTE: walking back, k is the last event its read completed
+            group = last[pieces[k]]
+            tail_ok = ends_read[k] or k + 1 == len(pieces) or not is_content[k + 1]
+            content_after = False
+        if is_content[k]:
+            out.append(tail_ok and not content_after)
+            content_after = True
+    out.reverse()
+    return out
 
 
 def _per_event_tokens(cumulative: list[int | None]) -> tuple[list[float], str]:

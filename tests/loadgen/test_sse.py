@@ -6,7 +6,7 @@ import pytest
 
 from loadgen.measure.records import RequestRecord
 from loadgen.run.client import RawResponse, finish_record
-from loadgen.run.sse import MalformedSSE, parse_stream
+from loadgen.run.sse import MalformedSSE, Reads, parse_stream
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 TOK = b'data: {"choices":[{"index":0,"delta":{"content":"a","reasoning_content":null}}]}\n\n'
@@ -171,3 +171,22 @@ def test_server_timing_header_of_a_whole_response():
                                     b'other;dur=9, broken;dur=x')
     assert finish_record(raw).ok
     assert _timing(rec) == (0.5, 1.25, 3.5, 2, 6.0, 40.0)
+
+
+def test_kernel_stamps_name_coalesced_events_and_bound_the_first_token():
+    rec = _rec()
+    delays: list[int] = []
+    # Three reads: the role chunk; two tokens in one read (two body pieces); the last token with
+    # the usage and [DONE]. Each piece: its read's kernel stamp, loop stamp and lower bound.
+    chunks = [ROLE, TOK, TOK, TOK + USAGE + DONE]
+    reads = Reads(loop_stamps=[100, 300, 300, 400], is_kernel=True, floors=[0, 100, 100, 300])
+    parse_stream(rec, chunks, [90, 250, 250, 390], reads=reads, client_delays=delays)
+    assert rec.chunk_ns == [250, 250, 390]
+    # The first token shared its read with the second: coalesced, within (100, 250]; the second
+    # ended its read, the third is followed only by usage and [DONE].
+    assert rec.num_coalesced_events == 1 and rec.ttft_uncertainty_ns == 150
+    assert rec.num_uncertain_events == 0  # 150 ns is within the 2 ms tolerance
+    assert delays == [10, 50, 10]  # one per read: loop stamp - kernel stamp
+    loop = _rec()
+    parse_stream(loop, chunks, [100, 300, 300, 400])  # loop stamps: no bound claimed
+    assert loop.ttft_uncertainty_ns is None and loop.num_coalesced_events == 1
