@@ -54,12 +54,13 @@ JUDGE_FILES=(scripts/asv_ci.sh benchmarks/gate.py)
 
 if [ -z "${ASV_JUDGE_DIR:-}" ]; then  # started from the tree: hand over to the judge
     judge=$BASE
-    if ! git show "$BASE:scripts/asv_ci.sh" 2>/dev/null | grep -qx '# asv-judge-protocol: 1'; then
+    base_script=$'\n'$(git show "$BASE:scripts/asv_ci.sh" 2>/dev/null || true)$'\n'
+    if [[ $base_script != *$'\n# asv-judge-protocol: 1\n'* ]]; then
         judge=$HEAD_REV
         echo "asv: BASE ${BASE:0:8} predates the judge-from-BASE rule: the guard of HEAD ${HEAD_REV:0:8} judges (bootstrap)"
     fi
-    ASV_JUDGE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/asv-judge.XXXXXX")
-    export ASV_JUDGE_DIR
+    ASV_JUDGE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/asv-judge.XXXXXX") ASV_JUDGE_REV=$judge
+    export ASV_JUDGE_DIR ASV_JUDGE_REV
     trap 'rm -rf "$ASV_JUDGE_DIR"' EXIT
     for path in "${JUDGE_FILES[@]}"; do
         git show "$judge:$path" > "$ASV_JUDGE_DIR/${path##*/}"
@@ -70,7 +71,7 @@ if [ -z "${ASV_JUDGE_DIR:-}" ]; then  # started from the tree: hand over to the 
 fi
 changed=$(git diff --name-only "$BASE" "$HEAD_REV" -- "${JUDGE_FILES[@]}" .ci/run | tr '\n' ' ')
 if [ -n "$changed" ]; then
-    echo "asv: this range changes the guard ($changed): judged by ${BASE:0:8}'s guard; the change judges the next one"
+    echo "asv: this range changes the guard ($changed): judged by the guard of ${ASV_JUDGE_REV:0:8}; the change judges the next one"
 fi
 GATE=("$PY" "$ASV_JUDGE_DIR/gate.py")
 
