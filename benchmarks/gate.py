@@ -1,18 +1,24 @@
 """The CI guard's decisions (``scripts/asv_ci.sh``): which benchmarks a log flags, and the verdict.
 
     python -m benchmarks.gate flagged LOG            # the benchmarks LOG flags as slower, as a regex
-    python -m benchmarks.gate verdict REV counts=STATUS wall=STATUS [--log counts=LOG ...]
+    python -m benchmarks.gate verdict BASE HEAD counts=STATUS wall=STATUS [--log counts=LOG ...]
+                                      [--results DIR]
     python -m benchmarks.gate ratio LOG [--match RE] # the largest ratio in LOG's table, and its benchmark
     python -m benchmarks.gate exact RESULTS_DIR BASE HEAD [--match RE]  # exact ratios, stored results
 
 Two gates: ``counts`` (instruction counts, ``asv continuous --factor 1.015``) and ``wall`` (wall
 time, ``--factor 1.2`` with re-runs). A gate fires when its ``asv continuous`` exits non-zero.
-A commit can accept a deliberate slowdown with a line in its message::
+A commit in BASE..HEAD accepts a deliberate slowdown with a trailer of its message::
 
-    asv-accept: counts          (or: wall, or: counts, wall) followed by the reason
+    asv-accept: GATE PATTERN +N%: REASON      e.g.  asv-accept: counts h2- +5%: the check buys safety
 
-The accepted gate still runs and prints its table; its firing is then logged as accepted and
-does not fail the step. A line naming an unknown gate is an error, so a typo never passes.
+GATE is ``counts`` or ``wall`` (one per line); PATTERN a regex (no spaces) searched in the
+benchmark's name as the gate's table prints it; N the most it may be slower, in percent. A fired
+gate passes only if every benchmark it flagged is named by a tag of that gate within its bound.
+Only trailers count (the message's last paragraph, as ``git interpret-trailers`` reads it), so a
+tag quoted in a body (a squash merge's list of commits) accepts nothing. A trailer that breaks the
+syntax is an error (exit 2), so a typo never passes. This file only uses the standard library:
+``scripts/asv_ci.sh`` runs it as it is at BASE, from a temporary folder.
 """
 
 from __future__ import annotations
@@ -21,35 +27,108 @@ import argparse
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 
 GATES = ("counts", "wall")
-_ACCEPT = re.compile(r"^\s*asv-accept:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+MAX_BOUND_PCT = 1000.0
+SYNTAX = "asv-accept: GATE PATTERN +N%: REASON (GATE: counts or wall; PATTERN: a regex, no spaces)"
+_TAG = re.compile(r"(\S+)[ \t]+(\S+)[ \t]+\+(\d+(?:\.\d+)?)%:[ \t]*(\S.*)")
+_TAG_LINE = re.compile(r"^\s*asv-accept\s*:", re.IGNORECASE | re.MULTILINE)
 
 
-def accepted_gates(message: str) -> set[str]:
-    """The gates a commit message accepts a slowdown from (``asv-accept: counts, wall <reason>``)."""
-    accepted = set()
-    for match in _ACCEPT.finditer(message):
-        names = []
-        for word in re.split(r"[\s,:;]+", match.group(1).strip().lower()):
-            if word not in (*GATES, "both"):
-                break
-            names += GATES if word == "both" else [word]
-        if not names:
-            raise ValueError(f"asv-accept names no gate (choose from {', '.join(GATES)}, both): "
-                             f"{match.group(0).strip()!r}")
-        accepted.update(names)
-    return accepted
+@dataclass(frozen=True)
+class Accept:
+    """One ``asv-accept`` trailer: ``gate``'s benchmarks whose name ``pattern`` finds may be slower
+    by up to ``bound_pct`` percent, as commit ``commit`` says."""
+
+    gate: str
+    pattern: str
+    bound_pct: float
+    reason: str
+    commit: str = ""
+
+    def covers(self, gate: str, name: str) -> bool:
+        return gate == self.gate and re.search(self.pattern, name) is not None
+
+
+def parse_accept(value: str, commit: str = "") -> Accept:
+    """One tag's value (what follows ``asv-accept:``), checked strictly; ValueError says why."""
+    where = f"asv-accept in {commit[:8]}" if commit else "asv-accept"
+    match = _TAG.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"{where}: {value.strip()!r} does not read as {SYNTAX}")
+    gate, pattern, bound, reason = match.groups()
+    if gate not in GATES:
+        raise ValueError(f"{where}: {gate!r} is not a gate (choose from {', '.join(GATES)}; one per line)")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{where}: pattern {pattern!r} is not a regular expression: {exc}") from None
+    if not 0 < float(bound) <= MAX_BOUND_PCT:
+        raise ValueError(f"{where}: bound +{bound}% must be above 0 and at most +{MAX_BOUND_PCT:g}%")
+    return Accept(gate, pattern, float(bound), reason.strip(), commit)
+
+
+def commit_accepts(commit: str, trailers: list[str], body: str) -> tuple[list[Accept], list[str]]:
+    """One commit's tags (its ``asv-accept`` trailer values) and notes on tag lines it ignored."""
+    accepts = [parse_accept(value, commit) for value in trailers]
+    ignored = len(_TAG_LINE.findall(body)) - len(trailers)
+    notes = [f"asv: {ignored} asv-accept line(s) in {commit[:8]} ignored: not trailers of its message "
+             "(quoted or in the body)"] if ignored > 0 else []
+    return accepts, notes
+
+
+def range_accepts(base: str, head: str) -> tuple[list[Accept], list[str]]:
+    """The tags of every commit in ``base..head`` (merges and their branches included), and notes."""
+    out = subprocess.run(["git", "log", "-z", "--format=%H%x1f%(trailers:key=asv-accept,valueonly,unfold)"
+                          "%x1f%B", f"{base}..{head}"], capture_output=True, text=True, check=True).stdout
+    accepts, notes = [], []
+    for entry in filter(None, out.split("\0")):
+        commit, trailers, body = entry.split("\x1f", 2)
+        found, ignored = commit_accepts(commit, [t for t in trailers.splitlines() if t.strip()], body)
+        accepts += found
+        notes += ignored
+    return accepts, notes
+
+
+def allowed_ratio(accepts: list[Accept], gate: str, name: str) -> float | None:
+    """The largest after/before ratio the tags allow ``name`` of ``gate``, None if none names it:
+    per commit its largest matching bound, compounded over the commits (each accepts its step)."""
+    by_commit: dict[str, float] = {}
+    for acc in accepts:
+        if acc.covers(gate, name):
+            by_commit[acc.commit] = max(by_commit.get(acc.commit, 0.0), acc.bound_pct)
+    if not by_commit:
+        return None
+    ratio = 1.0
+    for pct in by_commit.values():
+        ratio *= 1 + pct / 100
+    return ratio
+
+
+def _rows(log: str):
+    """(change mark, ratio cell, benchmark) of each row of an ``asv continuous --split`` table."""
+    for line in log.splitlines():
+        cells = line.split("|")
+        if len(cells) > 5:
+            yield cells[1].strip(), cells[4].strip(), cells[5].strip()
 
 
 def flagged(log: str) -> list[str]:
     """Benchmarks an ``asv continuous --split`` log lists as slower ("+") or newly failing ("!")."""
-    names = []
-    for line in log.splitlines():
-        cells = line.split("|")
-        if len(cells) > 5 and cells[1].strip() in ("+", "!"):
-            names.append(cells[5].strip())
-    return names
+    return list(flagged_ratios(log))
+
+
+def flagged_ratios(log: str) -> dict[str, float | None]:
+    """Each flagged benchmark and its ratio as the table prints it (None: it failed at HEAD)."""
+    out = {}
+    for change, ratio, name in _rows(log):
+        if change in ("+", "!"):
+            try:
+                out[name] = float(ratio.lstrip("~"))
+            except ValueError:
+                out[name] = None
+    return out
 
 
 def max_ratio(log: str, match: str | None = None) -> tuple[float, str] | None:
@@ -93,28 +172,44 @@ def exact_ratios(results_dir: str, base: str, head: str, match: str) -> dict[str
     return {name: after[name] / before[name] for name in before.keys() & after.keys() if before[name]}
 
 
-def verdict(statuses: dict[str, int], accepted: set[str], logs: dict[str, str] | None = None) -> tuple[list[str], int]:
-    """One line per gate (pass / FIRED / FIRED, accepted) and the step's exit status."""
+def verdict(statuses: dict[str, int], accepts: list[Accept], logs: dict[str, str] | None = None,
+            exact: dict[str, float] | None = None) -> tuple[list[str], int]:
+    """One line per gate (pass / FIRED / FIRED, accepted) and the step's exit status. A fired gate
+    is accepted only when every benchmark it flagged is within a tag's bound; its ratio is the
+    exact one from ``exact`` (asv's stored results), else the table's rounded up (+0.005)."""
     lines, status = [], 0
     for gate, code in statuses.items():
         if code == 0:
             lines.append(f"asv gate {gate}: pass")
             continue
-        names = flagged((logs or {}).get(gate, ""))
-        what = f" ({len(names)} flagged: {', '.join(names)})" if names else f" (exit {code})"
-        if "NonDeterministic" in (logs or {}).get(gate, ""):
+        log = (logs or {}).get(gate, "")
+        judged = [_judge(gate, name, ratio, accepts, exact or {}) for name, ratio in flagged_ratios(log).items()]
+        what = f" ({len(judged)} flagged: {'; '.join(text for text, _ in judged)})" if judged else f" (exit {code})"
+        if "NonDeterministic" in log:
             what += " instruction counts were not reproducible (see the log)"
-        if gate in accepted:
-            lines.append(f"asv gate {gate}: FIRED, accepted by the commit message (asv-accept){what}")
+        if judged and all(ok for _, ok in judged):
+            lines.append(f"asv gate {gate}: FIRED, accepted by asv-accept{what}")
         else:
             lines.append(f"asv gate {gate}: FIRED{what}")
             status = 1
     return lines, status
 
 
-def _message(rev: str) -> str:
-    return subprocess.run(["git", "log", "-1", "--format=%B", rev], capture_output=True, text=True,
-                          check=True).stdout
+def _judge(gate: str, name: str, table_ratio: float | None, accepts: list[Accept],
+           exact: dict[str, float]) -> tuple[str, bool]:
+    """One flagged benchmark: its text in the verdict line, and whether a tag covers it."""
+    ratio = exact.get(name, None if table_ratio is None else table_ratio + 0.005)
+    if ratio is None:
+        return f"{name} failed at HEAD", False
+    shown = f"{name} {ratio:.4f}" if name in exact else f"{name} < {ratio:.3f} (table)"
+    allowed = allowed_ratio(accepts, gate, name)
+    if allowed is None:
+        return f"{shown}, no asv-accept names it", False
+    bound = f"+{(allowed - 1) * 100:.4g}%"
+    if ratio > allowed:
+        return f"{shown}, past {bound}", False
+    commits = sorted({acc.commit[:8] for acc in accepts if acc.covers(gate, name)})
+    return f"{shown} within {bound} ({', '.join(commits)})", True
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
@@ -141,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     p_exact.add_argument("head")
     p_exact.add_argument("--match", default=".")
     p_verdict = sub.add_parser("verdict", help="one line per gate and the exit status")
-    p_verdict.add_argument("rev", help="the commit whose message may accept a gate")
+    p_verdict.add_argument("base", help="the commit before the change")
+    p_verdict.add_argument("head", help="the commit under test: BASE..HEAD's trailers may accept")
     p_verdict.add_argument("statuses", nargs="+", help="GATE=EXIT_STATUS")
     p_verdict.add_argument("--log", action="append", default=[], help="GATE=LOG_FILE")
+    p_verdict.add_argument("--results", help="asv's results folder for the machine (exact ratios)")
     args = parser.parse_args(argv)
     if args.command == "flagged":
         with open(args.log) as f:
@@ -162,19 +259,38 @@ def main(argv: list[str] | None = None) -> int:
         high, low = max(ratios, key=ratios.get), min(ratios, key=ratios.get)
         print(f"{ratios[high]:.4f} {high}; lowest {ratios[low]:.4f}")
         return 0
+    return _verdict_command(args)
+
+
+def _verdict_command(args: argparse.Namespace) -> int:
     try:
-        accepted = accepted_gates(_message(args.rev))
+        accepts, notes = range_accepts(args.base, args.head)
     except ValueError as exc:
         print(f"asv: {exc}", file=sys.stderr)
         return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"asv: git log {args.base}..{args.head} failed: {exc.stderr.strip()}", file=sys.stderr)
+        return 2
+    for acc in accepts:
+        print(f"asv: asv-accept in {acc.commit[:8]}: {acc.gate} {acc.pattern} +{acc.bound_pct:g}%: {acc.reason}")
+    for note in notes:
+        print(note)
     logs = {}
     for gate, path in _pairs(args.log).items():
         with open(path) as f:
             logs[gate] = f.read()
-    lines, status = verdict({g: int(s) for g, s in _pairs(args.statuses).items()}, accepted, logs)
+    exact = _stored_ratios(args.results, args.base, args.head) if args.results else {}
+    lines, status = verdict({g: int(s) for g, s in _pairs(args.statuses).items()}, accepts, logs, exact)
     print("\n".join(lines))
     return status
 
+
+def _stored_ratios(results_dir: str, base: str, head: str) -> dict[str, float]:
+    """Exact ratios from asv's stored results; none when they are missing or ambiguous."""
+    try:
+        return exact_ratios(results_dir, base, head, ".")
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 if __name__ == "__main__":
     sys.exit(main())

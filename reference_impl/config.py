@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ DISAGGREGATION_MODES = ("null", "decode")
 ATTENTION_BACKENDS = ("auto", "triton", "torch_native")
 IPC_RECV_MODES = ("yield", "no-yield")
 SIM_CONTEXT_LENGTH = 131072
+API_KEY_ENV = "VLLM_API_KEY"  # as vLLM: the key without a command line that `ps` shows
+MAX_API_KEY_FILE_BYTES = 4096
 EMBEDDED_MODEL_CONTEXT_LENGTH = 8192
 
 
@@ -33,7 +38,7 @@ class ServerArgs:
     # HTTP
     host: str = "127.0.0.1"
     port: int = 30000
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     served_model_name: str | None = None
     log_level: str = "warning"
     timeout_keep_alive: float = 60.0
@@ -237,7 +242,9 @@ _HELP = {
                                "its outputs at every wake-up (estimated; the legacy H3 'copy' "
                                "form holds a copy of all ids and text per output).",
     "api_key": "Require 'Authorization: Bearer API_KEY' on every /v1/* request (401 otherwise), as "
-               "vLLM; /health, /metrics, /tokenize and /detokenize stay open.",
+               "vLLM; /health, /metrics, /tokenize and /detokenize stay open. A command line is "
+               f"visible to every user in `ps`: prefer --api-key-file or ${API_KEY_ENV} (the flags "
+               "win over the variable).",
     "limit_concurrency": "Connections plus tasks past which uvicorn answers 503 (default: no limit).",
     "health_check_timeout": "Seconds /health and /metrics wait for the scheduler's stats; /health "
                             "answers 503 when it does not answer in time.",
@@ -346,10 +353,35 @@ def build_parser(prog: str = "python -m reference_impl") -> argparse.ArgumentPar
         elif f.name == "ipc_recv":
             kwargs["choices"] = IPC_RECV_MODES
         parser.add_argument(flag, **kwargs)
+    parser.add_argument("--api-key-file", type=read_api_key_file, metavar="PATH",
+                        help="Read --api-key from this file: a regular file of one line (surrounding "
+                             f"whitespace stripped), at most {MAX_API_KEY_FILE_BYTES} bytes.")
     parser.add_argument("--all-legacy", action="store_true",
                         help="Select the legacy form of every hot path (H1-H6) at once: "
                              + " ".join(all_legacy_flags()) + ".")
     return parser
+
+
+def read_api_key_file(path: str) -> str:
+    """The API key in ``path`` (argparse type): a regular, readable file of one line, at most
+    ``MAX_API_KEY_FILE_BYTES``; a FIFO, a device or a folder is refused before it is opened."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise argparse.ArgumentTypeError(f"{path!r} is not a regular file")
+        if info.st_size > MAX_API_KEY_FILE_BYTES:
+            raise argparse.ArgumentTypeError(f"{path!r} holds {info.st_size} bytes, more than "
+                                             f"{MAX_API_KEY_FILE_BYTES} (one line with the key)")
+        with open(path, "rb") as f:
+            key = f.read(MAX_API_KEY_FILE_BYTES + 1).decode().strip()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise argparse.ArgumentTypeError(f"{path!r} is not UTF-8 text") from None
+    if not key or len(key) > MAX_API_KEY_FILE_BYTES or any(c in key for c in "\r\n\0"):
+        raise argparse.ArgumentTypeError(f"{path!r} must hold one line with the key (it is empty "
+                                         "or holds several lines)")
+    return key
 
 
 def _parse_type(type_name: Any):
@@ -366,6 +398,13 @@ def from_cli(argv: list[str] | None = None) -> ServerArgs:
     parser = build_parser()
     ns = vars(parser.parse_args(argv))
     all_legacy = ns.pop("all_legacy")
+    key_from_file = ns.pop("api_key_file")
+    if key_from_file is not None and ns["api_key"] is not None:
+        parser.error("give --api-key or --api-key-file, not both")
+    ns["api_key"] = ns["api_key"] or key_from_file
+    if ns["api_key"] is None and os.environ.get(API_KEY_ENV):
+        ns["api_key"] = os.environ[API_KEY_ENV]
+        print(f"reference_impl: /v1/* requires the API key in ${API_KEY_ENV}", file=sys.stderr, flush=True)
     try:
         args = ServerArgs(**ns)
     except ValueError as exc:

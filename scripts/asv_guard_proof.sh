@@ -8,7 +8,9 @@
 #   slow       a 25% busy-wait slowdown of the msgspec SSE encoder (H2)  counts fire,  wall fire
 #   inject5    +5% instructions in the msgspec SSE encoder (H2)          counts fire,  wall pass
 #   inject2    +2% instructions in the msgspec SSE encoder (H2)          counts fire,  wall pass
-#   accept     inject5 with `asv-accept: counts` in its message          step passes, counts accepted
+#   accept     inject5 with `asv-accept: counts h2- +6%: ...`            step passes, counts accepted
+#   accept-other inject5 with a tag naming another benchmark (h4-)       counts fire,  wall pass
+#   accept-bound inject5 with a tag of +2% on the +5% benchmarks         counts fire,  wall pass
 #   history    main gets README, inject2, README commits; `asv run` counts them and `asv publish`
 #              must list a regression at the inject2 commit only (regressions_thresholds)
 # Usage: bash scripts/asv_guard_proof.sh [SCENARIO...]   (default: all of the above)
@@ -21,7 +23,7 @@ NUM_AA=${ASV_PROOF_AA:-10}
 SCENARIOS=("$@")
 if [ ${#SCENARIOS[@]} -eq 0 ]; then
     for (( k = 1; k <= NUM_AA; k++ )); do SCENARIOS+=("aa$k"); done
-    SCENARIOS+=(comment legacy slow inject5 inject2 accept history)
+    SCENARIOS+=(comment legacy slow inject5 inject2 accept accept-other accept-bound history)
 fi
 GIT=(git -c user.name=asv-proof -c user.email=asv-proof@localhost)
 # Statements of about 38 instructions each in front of the msgspec encoder's ~11.9K per chunk:
@@ -85,7 +87,11 @@ import msgspec' ;;
         inject5) inject "$INJECT5" ;;
         inject2) inject "$INJECT2" ;;
         accept) inject "$INJECT5"
-                message+=$'\n\nasv-accept: counts (the proof of the accept tag)' ;;
+                message+=$'\n\nasv-accept: counts h2- +6%: the proof of the accept tag' ;;
+        accept-other) inject "$INJECT5"
+                      message+=$'\n\nasv-accept: counts h4- +6%: names another benchmark' ;;
+        accept-bound) inject "$INJECT5"
+                      message+=$'\n\nasv-accept: counts h2- +2%: a bound below the change' ;;
         *) echo "unknown scenario $1" >&2; exit 2 ;;
     esac
     "${GIT[@]}" commit -qam "$message"
@@ -96,7 +102,7 @@ expect() {  # expect SCENARIO: "<counts> <wall> <step>" verdicts
     case "$1" in
         aa*|comment) echo "pass pass pass" ;;
         legacy|slow) echo "FIRED FIRED fail" ;;
-        inject5|inject2) echo "FIRED pass fail" ;;
+        inject5|inject2|accept-other|accept-bound) echo "FIRED pass fail" ;;
         accept) echo "accepted pass pass" ;;
     esac
 }
@@ -105,7 +111,7 @@ gate_verdict() {  # gate_verdict LOG GATE: pass / FIRED / accepted, from the ste
     local line
     line=$(grep "^asv gate $2: " "$1" | tail -1)
     case "$line" in
-        *accepted*) echo accepted ;;
+        *"FIRED, accepted"*) echo accepted ;;
         *FIRED*) echo FIRED ;;
         *pass*) echo pass ;;
         *) echo "?" ;;

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -33,6 +35,7 @@ from types import SimpleNamespace
 
 import msgspec
 import ray
+from ray._private import ray_constants
 from ray.exceptions import GetTimeoutError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -51,6 +54,7 @@ CALL_TIMEOUT_S = 60.0
 LIVE_TIMEOUT_S = 0.1
 ACTOR_THREADS = 4  # run, wait_ready, and the driver's short calls (clock, live, start, stop)
 WORKER_LOST = "worker_lost"
+_CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 class _Gate:
@@ -137,23 +141,28 @@ def _package_path() -> str:
 
 class RayCluster:
     """The driver's connection to a Ray cluster for one run; `close` leaves it (and stops a
-    `local` one)."""
+    `local` one, listening on 127.0.0.1 only, and removes its session folder)."""
 
     def __init__(self, rcfg: RayConfig, num_workers: int) -> None:
         began = time.perf_counter()
         self.rcfg = rcfg
         self.is_owner = not ray.is_initialized()
+        self.session_dir: str | None = None  # a `local` cluster's, removed by close()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": "loadgen",
                   "runtime_env": {"env_vars": {"PYTHONPATH": _package_path()}}}
         kwargs["address"] = rcfg.address
-        if rcfg.address == "local":
+        is_local = rcfg.address == "local" and self.is_owner
+        if is_local:
             # NOTE: "local" starts a new instance even when RAY_ADDRESS or a `ray start` cluster on
             # this machine would otherwise be joined (and refuse num_cpus).
             kwargs.update(num_cpus=max(len(os.sched_getaffinity(0)), num_workers), include_dashboard=False)
         try:
             if self.is_owner:
-                ray.init(**kwargs)
+                with _loopback_only(is_local):
+                    context = ray.init(**kwargs)
+                if is_local:
+                    self.session_dir = context.address_info["session_dir"]
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise SetupError(f"cannot join the Ray cluster at {rcfg.address!r}: {exc}") from None
         self.connect_s = time.perf_counter() - began  # ray.init: a `local` cluster's start
@@ -172,6 +181,42 @@ class RayCluster:
     def close(self) -> None:
         if self.is_owner:
             ray.shutdown()
+        if self.session_dir is not None:
+            _remove_session(self.session_dir)
+
+
+@contextlib.contextmanager
+def _loopback_only(is_local: bool):
+    """While a `local` cluster starts: its node address is 127.0.0.1, so that the GCS, the raylet,
+    the workers' gRPC servers, the runtime-env agent and the autoscaler's metrics server listen on
+    127.0.0.1 only (Ray's own choice where clusters are off, as on macOS and Windows)."""
+    if not is_local:
+        yield
+        return
+    # NOTE: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, at import, into ENABLE_RAY_CLUSTER:
+    # the module constant serves this driver, the variable the processes Ray starts.
+    saved = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(_CLUSTERS_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER, os.environ[_CLUSTERS_ENV] = False, "0"
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved[0]
+        if saved[1] is None:
+            os.environ.pop(_CLUSTERS_ENV, None)
+        else:
+            os.environ[_CLUSTERS_ENV] = saved[1]
+
+
+def _remove_session(session_dir: str) -> None:
+    """Remove a stopped local cluster's session folder (logs, sockets: about 200 KB a run) and the
+    `session_latest` link when it still points there; one line if that fails."""
+    latest = os.path.join(os.path.dirname(session_dir), "session_latest")
+    if os.path.islink(latest) and os.path.realpath(latest) == os.path.realpath(session_dir):
+        with contextlib.suppress(OSError):
+            os.unlink(latest)
+    shutil.rmtree(session_dir, ignore_errors=True)
+    if os.path.exists(session_dir):
+        print(f"loadgen: could not remove the local Ray session folder {session_dir}", file=sys.stderr)
 
 
 class RayPool:

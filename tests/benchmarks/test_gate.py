@@ -1,14 +1,24 @@
-"""The CI guard's decisions: the accept tag, flagged benchmarks, one verdict line per gate."""
+"""The CI guard's decisions: the accept tag, flagged benchmarks, one verdict line per gate; the CI step
+(``scripts/asv_ci.sh``) judged by the guard of BASE."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks.gate import accepted_gates, flagged, max_ratio, verdict
+from benchmarks.gate import (
+    Accept,
+    allowed_ratio,
+    flagged,
+    max_ratio,
+    parse_accept,
+    range_accepts,
+    verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # Rows as `asv continuous --split` prints them.
@@ -22,17 +32,45 @@ LOG = """\
 """
 
 
-def test_accept_tag_names_gates_and_a_reason_may_follow():
-    assert accepted_gates("Fix X\n\nasv-accept: counts: the copy buys a lock-free path\n") == {"counts"}
-    assert accepted_gates("asv-accept: counts, wall") == {"counts", "wall"}
-    assert accepted_gates("ASV-Accept: both") == {"counts", "wall"}
-    assert accepted_gates("mentions asv-accept: counts mid-line only") == set()
-    assert accepted_gates("No tag here") == set()
+H2_FIRST = "bench_instructions.TrackInstructions.track_instructions('h2-first-chunk', 'optimized')"
+H3_FAILED = "bench_stream_outputs.TimeStreamOutputs.time_request('optimized', 4000)"
+LOG_SLOWER = LOG.replace("| !", "|  ")  # the same table without the failure
 
 
-def test_accept_tag_naming_no_gate_is_an_error_so_a_typo_never_passes():
-    with pytest.raises(ValueError, match="names no gate"):
-        accepted_gates("asv-accept: count (typo)")
+@pytest.mark.parametrize(("value", "expected"), [
+    ("counts h2- +5%: the check buys safety", ("counts", "h2-", 5.0, "the check buys safety")),
+    (r"wall ^bench_sse\.TimeChatChunk\. +12.5%:   a reason: with colons",
+     ("wall", r"^bench_sse\.TimeChatChunk\.", 12.5, "a reason: with colons")),
+])
+def test_accept_tag_names_a_gate_a_pattern_and_a_bound(value, expected):
+    acc = parse_accept(value, "abc")
+    assert (acc.gate, acc.pattern, acc.bound_pct, acc.reason) == expected
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("counts", "does not read as"),                           # the old form: a whole gate
+    ("counts: the copy buys a lock-free path", "does not read as"),
+    ("wall, counts unaffected", "does not read as"),          # reason text is never a gate name
+    ("both .* +5%: everything", "is not a gate"),
+    ("cuonts h2- +5%: typo", "is not a gate"),
+    ("counts h2-( +5%: r", "not a regular expression"),
+    ("counts h2- +0%: r", "must be above 0"),
+    ("counts h2- +5000%: r", "at most"),
+    ("counts h2- 5%: r", "does not read as"),
+    ("counts h2- +5%", "does not read as"),
+    ("counts h2- +5%:   ", "does not read as"),
+    ("counts h2- +nan%: r", "does not read as"),
+])
+def test_accept_tag_of_any_other_shape_is_an_error_so_a_typo_never_passes(value, why):
+    with pytest.raises(ValueError, match=why):
+        parse_accept(value)
+
+
+def test_allowed_ratio_takes_each_commits_largest_bound_and_compounds_over_commits():
+    accepts = [Accept("counts", "h2-", 5.0, "r", "c1"), Accept("counts", "first", 2.0, "r", "c1"),
+               Accept("counts", "h2-", 10.0, "r", "c2"), Accept("wall", ".", 50.0, "r", "c3")]
+    assert allowed_ratio(accepts, "counts", "track('h2-first-chunk', 'optimized')") == pytest.approx(1.05 * 1.10)
+    assert allowed_ratio(accepts, "counts", "track('h4-finish-10k', 'optimized')") is None
 
 
 def test_flagged_lists_slower_and_newly_failing_benchmarks_only():
@@ -48,45 +86,178 @@ def test_max_ratio_reads_the_table():
     assert max_ratio("no table") is None
 
 
-def test_verdict_fails_only_on_a_fired_gate_that_is_not_accepted():
-    lines, status = verdict({"counts": 1, "wall": 0}, set(), {"counts": LOG})
+
+
+def test_verdict_fails_on_a_fired_gate_unless_a_tag_covers_every_flagged_benchmark():
+    lines, status = verdict({"counts": 1, "wall": 0}, [], {"counts": LOG})
     assert status == 1
     assert lines[0].startswith("asv gate counts: FIRED (2 flagged: ")
     assert lines[1] == "asv gate wall: pass"
-    lines, status = verdict({"counts": 1, "wall": 0}, {"counts"}, {"counts": LOG})
+    h2 = Accept("counts", "h2-first", 3.0, "r", "c1")
+    lines, status = verdict({"counts": 1}, [h2], {"counts": LOG_SLOWER})
     assert status == 0
-    assert "accepted by the commit message" in lines[0]
-    _, status = verdict({"counts": 0, "wall": 1}, {"counts"})
+    assert lines[0] == (f"asv gate counts: FIRED, accepted by asv-accept (1 flagged: {H2_FIRST} < 1.025 (table) "
+                        "within +3% (c1))")
+    # A failure at HEAD is never accepted, whatever the tags say.
+    lines, status = verdict({"counts": 1}, [h2, Accept("counts", ".", 50.0, "r", "c2")], {"counts": LOG})
     assert status == 1
+    assert f"{H3_FAILED} failed at HEAD" in lines[0] and "accepted" not in lines[0]
+    # Another gate's tag, another benchmark's tag, a bound too small (the table's 1.02 may be up to
+    # 1.025), an asv exit without a table: no acceptance.
+    for accepts, log in (([Accept("wall", ".", 50.0, "r", "c1")], LOG_SLOWER),
+                         ([Accept("counts", "h4-", 50.0, "r", "c1")], LOG_SLOWER),
+                         ([Accept("counts", "h2-first", 2.0, "r", "c1")], LOG_SLOWER), ([h2], "")):
+        lines, status = verdict({"counts": 1}, accepts, {"counts": log})
+        assert status == 1 and "accepted" not in lines[0], lines
+
+
+def test_verdict_uses_the_exact_ratio_when_stored_results_have_it():
+    h2 = [Accept("counts", "h2-first", 2.0, "r", "c1")]
+    lines, status = verdict({"counts": 1}, h2, {"counts": LOG_SLOWER}, {H2_FIRST: 1.0195})
+    assert (status, lines[0].endswith(f"{H2_FIRST} 1.0195 within +2% (c1))")) == (0, True), lines
+    lines, status = verdict({"counts": 1}, h2, {"counts": LOG_SLOWER}, {H2_FIRST: 1.0204})
+    assert (status, lines[0].endswith(f"{H2_FIRST} 1.0204, past +2%)")) == (1, True), lines
 
 
 def _git(repo, *args):
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
-                   check=True, capture_output=True)
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.mark.parametrize(("message", "expected_status", "expected_line"), [
-    ("Slower on purpose\n\nasv-accept: counts (the trade-off is documented)", 0,
-     "asv gate counts: FIRED, accepted by the commit message"),
-    ("Slower by accident", 1, "asv gate counts: FIRED (2 flagged"),
-    ("Typo\n\nasv-accept: cuonts", 2, None),
-])
-def test_verdict_command_reads_the_commit_message(tmp_path, message, expected_status, expected_line):
+def _commit(repo, message, files=None):
+    for path, text in (files or {}).items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _repo(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
-    _git(repo, "commit", "-q", "--allow-empty", "-m", message)
-    log = tmp_path / "counts.log"
-    log.write_text(LOG)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gate", "verdict", "HEAD", "counts=1", "wall=0",
-                           "--log", f"counts={log}"], cwd=repo, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == expected_status, proc.stderr
-    if expected_line:
-        assert proc.stdout.splitlines()[0].startswith(expected_line)
-        assert proc.stdout.splitlines()[1] == "asv gate wall: pass"
-    else:
-        assert "names no gate" in proc.stderr
+    return repo
+
+
+# What `git merge --squash` writes: the squashed commits' messages, indented.
+SQUASH = """Squashed commit of the following:
+
+commit 0123456789abcdef0123456789abcdef01234567
+Author: t <t@localhost>
+
+    Slower on purpose
+
+    asv-accept: wall . +50%: quoted from an old commit
+"""
+
+
+def test_range_accepts_reads_every_commit_of_the_range_and_only_its_trailers(tmp_path, monkeypatch):
+    repo = _repo(tmp_path)
+    monkeypatch.chdir(repo)
+    base = _commit(repo, "Base\n\nasv-accept: wall . +50%: before the range, never read")
+    first = _commit(repo, "First\n\nasv-accept: counts h2- +5%: one\nasv-accept: wall sse +20%: two")
+    _commit(repo, "Body\n\nasv-accept: counts . +50%: mid-body, then prose\n\nMore prose.")
+    _commit(repo, "Prose\n\nA paragraph of prose that quotes a tag on a line of its own.\n"
+                  "asv-accept: counts . +50%: in prose")
+    _commit(repo, SQUASH)
+    _commit(repo, "Mentions asv-accept: counts . +50%: in the subject")
+    accepts, notes = range_accepts(base, "HEAD")
+    assert [(a.gate, a.pattern, a.bound_pct, a.commit) for a in accepts] == [
+        ("counts", "h2-", 5.0, first), ("wall", "sse", 20.0, first)]
+    assert len(notes) == 3 and all("ignored: not trailers" in n for n in notes), notes
+    _commit(repo, "Typo\n\nasv-accept: counts: the old form")
+    with pytest.raises(ValueError, match="does not read as"):
+        range_accepts(base, "HEAD")
+
+
+WALL_TABLE = """\
+| Change   | Before [83069378]    | After [9f1c2a3b]    |   Ratio | Benchmark (Parameter)                                     |
+|----------|----------------------|---------------------|---------|-----------------------------------------------------------|
+| +        | 1.50±0.01μs          | {after}±0.01μs         |    {ratio} | bench_sse.TimeChatChunk.time_encode('optimized', 'first') |
+"""
+# A scripted stand-in for asv (the real one builds environments and measures for minutes): every
+# `python -m asv continuous` prints $FAKE_ASV_TABLE and exits 1, as asv does on a slowdown.
+FAKE_PYTHON = f"""#!/bin/bash
+if [ "${{1:-}} ${{2:-}}" = "-m asv" ]; then
+    [ "${{3:-}}" != continuous ] || {{ cat "$FAKE_ASV_TABLE"; exit 1; }}
+    exit 0
+fi
+exec {sys.executable} "$@"
+"""
+
+
+def _guard_repo(tmp_path, ci_script=None):
+    """A repository whose first commit holds the guard of this tree (or ``ci_script``)."""
+    repo = _repo(tmp_path)
+    files = {path: (ROOT / path).read_text() for path in ("scripts/asv_ci.sh", "benchmarks/gate.py",
+                                                           "benchmarks/__init__.py", "asv.conf.json")}
+    if ci_script is not None:
+        files["scripts/asv_ci.sh"] = ci_script
+    return repo, _commit(repo, "base: the guard", files)
+
+
+def _ci_step(tmp_path, repo, base, ratio=1.07):
+    """``bash scripts/asv_ci.sh BASE HEAD`` in ``repo`` (wall gate only; asv scripted)."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    table = tmp_path / "table.txt"
+    table.write_text(WALL_TABLE.format(after=f"{1.5 * ratio:.2f}", ratio=f"{ratio:.2f}"))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": str(fake), "FAKE_ASV_TABLE": str(table),
+           "ASV_GATES": "wall", "ASV_RETRIES": "1", "ASV_LOG_DIR": str(tmp_path / "logs"),
+           "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    proc = subprocess.run(["bash", "scripts/asv_ci.sh", base, "HEAD"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_ci_step_is_judged_by_the_guard_of_base_not_by_the_change(tmp_path):
+    repo, base = _guard_repo(tmp_path)
+    weak = (repo / "benchmarks/gate.py").read_text().replace("status = 1", "status = 0")
+    _commit(repo, "A change that weakens its judge", {"benchmarks/gate.py": weak})
+    status, out = _ci_step(tmp_path, repo, base)
+    assert status == 1, out
+    assert "asv gate wall: FIRED (1 flagged: bench_sse.TimeChatChunk.time_encode('optimized', 'first')" in out
+    assert f"the guard of {base[:8]} judges" in out
+    assert "this range changes the guard (benchmarks/gate.py )" in out
+    assert not list((tmp_path / "tmp").iterdir())  # the judge's folder is removed
+
+
+def test_ci_step_bootstraps_from_head_when_base_predates_the_rule(tmp_path):
+    repo, base = _guard_repo(tmp_path, ci_script="#!/usr/bin/env bash\necho old guard; exit 0\n")
+    _commit(repo, "The guard of this tree", {"scripts/asv_ci.sh": (ROOT / "scripts/asv_ci.sh").read_text()})
+    status, out = _ci_step(tmp_path, repo, base)
+    assert status == 1, out
+    assert "predates the judge-from-BASE rule" in out and "old guard" not in out
+    assert "asv gate wall: FIRED" in out
+
+
+def test_ci_step_reads_the_tags_of_every_commit_in_the_range_within_their_bound(tmp_path):
+    repo, base = _guard_repo(tmp_path)
+    tagged = _commit(repo, "Slower on purpose\n\nasv-accept: wall TimeChatChunk +10%: the check buys safety")
+    _commit(repo, "A README line, no tag")
+    status, out = _ci_step(tmp_path, repo, base)
+    assert status == 0, out
+    assert f"asv: asv-accept in {tagged[:8]}: wall TimeChatChunk +10%: the check buys safety" in out
+    assert "asv gate wall: FIRED, accepted by asv-accept (1 flagged: " in out
+    status, out = _ci_step(tmp_path, repo, base, ratio=1.12)
+    assert status == 1 and "past +10%" in out, out
+
+
+@pytest.mark.parametrize(("message", "expected_status", "expected"), [
+    (SQUASH, 1, "ignored: not trailers of its message"),
+    ("Slower\n\nasv-accept: wall, counts unaffected", 2, "does not read as"),
+    ("Slower\n\nasv-accept: counts TimeChatChunk +10%: the other gate", 1, "no asv-accept names it"),
+    ("Slower\n\nasv-accept: wall TimeWakeups +10%: another benchmark", 1, "no asv-accept names it"),
+])
+def test_ci_step_does_not_accept_what_no_trailer_names(tmp_path, message, expected_status, expected):
+    repo, base = _guard_repo(tmp_path)
+    _commit(repo, message)
+    status, out = _ci_step(tmp_path, repo, base)
+    assert status == expected_status, out
+    assert expected in out
 
 
 def test_max_ratio_can_keep_one_gates_benchmarks():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,8 +33,10 @@ def two_nodes():
         "num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
+    session_dir = cluster.head_node.get_session_dir_path()
     yield cluster
     cluster.shutdown()
+    shutil.rmtree(session_dir, ignore_errors=True)
 
 
 def _cfg(server, **kw) -> RunConfig:
@@ -144,6 +148,67 @@ def _ray_processes(session_dir: str) -> list[str]:
     return out
 
 
+def _tree(root: int) -> set[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
+        except OSError:
+            continue
+    found, todo = set(), [root]
+    while todo:
+        found.add(pid := todo.pop())
+        todo += children.get(pid, [])
+    return found
+
+
+def _listening(pids: set[int]) -> set[tuple[str, str]]:
+    """(local address, process name) of every TCP socket these processes listen on (`ss -ltnp`)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        for name, pid in re.findall(r'\("([^"]*)",pid=(\d+),', line):
+            if int(pid) in pids:
+                found.add((line.split()[3], name))
+    return found
+
+
+LOOPBACK = re.compile(r"^(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]|\[::1\]):\d+$")
+
+
+@pytest.mark.timeout(240)
+def test_local_cluster_listens_on_loopback_only_and_leaves_no_session_folder(start_server):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "5")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "--base-url", server.base_url, "--model", "m", "--quiet",
+         "--no-server-metrics", "--random-input-len", "8", "--random-output-len", "8",
+         "--concurrency", "8", "--duration", "6", "--ray-address", "local", "--workers", "2"],
+        stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while server.stats()["num_requests"] < 32:
+        assert time.monotonic() < deadline and proc.poll() is None, "loadgen sent no requests"
+        time.sleep(0.2)
+    pids = _tree(proc.pid)  # the driver, Ray's processes and its workers, while the load runs
+    listening = _listening(pids)
+    session = {arg.split("=", 1)[1] for pid in pids for arg in _cmdline(pid) if arg.startswith("--session-dir=")}
+    assert proc.wait(timeout=120) == 0
+    names = {name for _, name in listening}
+    assert {"gcs_server", "raylet"} <= names, listening  # Ray's servers were seen listening
+    assert all(LOOPBACK.match(address) for address, _ in listening), sorted(listening)
+    [session_dir] = session
+    assert not os.path.exists(session_dir), os.listdir(session_dir)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 @pytest.mark.timeout(180)
 def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, tmp_path):
     server = start_server("--ttft-ms", "5", "--gap-ms", "5")
@@ -171,3 +236,4 @@ def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, tmp_path):
     while (left := _ray_processes(session)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, left
+    assert not os.path.exists(session)  # and its session folder removed

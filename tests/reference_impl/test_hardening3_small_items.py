@@ -186,6 +186,24 @@ def test_api_key_guards_v1_as_vllm_does(launch):
     assert "no authentication" not in srv.log()
 
 
+@pytest.mark.parametrize("source", ["--api-key-file", "VLLM_API_KEY"])
+def test_an_api_key_from_a_file_or_vllms_variable_is_not_in_ps(launch, tmp_path, monkeypatch, source):
+    key = "sekrit-k3y-" + source.strip("-")
+    if source == "VLLM_API_KEY":
+        monkeypatch.setenv("VLLM_API_KEY", key)
+        srv = launch()
+    else:
+        (tmp_path / "key").write_text(key + "\n")
+        srv = launch("--api-key-file", str(tmp_path / "key"))
+    # every process of the server (its own session): the launcher and its three children
+    ps = subprocess.run(["ps", "-o", "args=", "-s", str(srv.proc.pid)], capture_output=True, text=True,
+                        check=True).stdout.splitlines()
+    assert len(ps) >= 4 and not [line for line in ps if key in line], ps
+    ok = httpx.get(srv.url + "/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    assert ok.status_code == 200
+    assert httpx.get(srv.url + "/v1/models", timeout=60).status_code == 401
+
+
 @pytest.mark.parametrize("flags, warned", [((), True), (("--api-key", "k"), False)])
 def test_a_non_loopback_host_without_api_key_is_warned_about(flags, warned):
     # NOTE: 192.0.2.1 (TEST-NET-1) is no address of this machine: the server fails to bind it
