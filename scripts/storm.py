@@ -99,15 +99,36 @@ def print_summary(runs: list[RunResult]) -> None:
 
 
 def headline_verdict(runs: list[RunResult]) -> list[str]:
-    """Lines saying whether the figures can be a headline: no run may be client-bound or failing."""
+    """Lines saying whether the figures can be a headline: no run may be client-bound or failing.
+    A client-bound run is named with its reasons and their cause (loadgen's client verdict)."""
     lines = []
     for run in runs:
-        reasons = run.loadgen.get("summary", {}).get("client_health", {}).get("client_bound_reasons") or []
+        health = run.loadgen.get("summary", {}).get("client_health", {})
         if run.loadgen.get("client_bound"):
-            lines.append(f"{run.form.name}: client-bound ({'; '.join(reasons)}): loadgen could not keep "
-                         "up, so its latencies include client delay and its throughput may be the client's")
+            cause = health.get("client_bound_cause")
+            lines.append(f"{run.form.name}: client-bound ({'; '.join(health.get('client_bound_reasons') or [])})"
+                         + (f"; cause: {cause}" if cause else ""))
         if run.loadgen.get("failed"):
             lines.append(f"{run.form.name}: {run.loadgen['failed']} requests failed")
+    return lines
+
+
+def stamp_lines(runs: list[RunResult]) -> list[str]:
+    """Per run: where loadgen's latencies came from, how exact, and how they agree with the server's."""
+    lines = []
+    for run in runs:
+        summary = run.loadgen.get("summary", {})
+        health = summary.get("client_health", {})
+        delay = health.get("client_delay") or {}
+        text = f"{run.form.name}: stamps {health.get('stamp_source', '?')}"
+        if delay:
+            text += (f", client delay p50 {delay['p50_ms']:.1f} / p99 {delay['p99_ms']:.1f} ms, TTFT exact for "
+                     f"{health.get('ttft_exact_share') or 0:.1%}, events coalesced "
+                     f"{health.get('coalesced_share') or 0:.1%}")
+        for row in (summary.get("server_vs_client") or {}).get("rows", []):
+            if row.get("ratio") is not None:
+                text += f"; {row['name']} server/client {row['ratio']:.3f}"
+        lines.append(text)
     return lines
 
 
@@ -130,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"\nstorm summary (ratios to {forms[0].name}):")
     print_summary(runs)
+    for line in stamp_lines(runs):
+        print(line)
     problems = headline_verdict(runs)
     for line in problems:
         print(f"NOT a headline figure: {line}")

@@ -83,8 +83,8 @@ _DONE_TAIL = b"\n\ndata: [DONE]\n\n"
 SOURCE_USAGE_DELTAS = "usage deltas"
 SOURCE_PER_EVENT = "one per content event"
 _CRLF = re.compile(b"\r\n")
-#: Decoded events, the body piece that completed each, and whether each ended its read.
-_Decoded = tuple[list[_Chunk], list[int], list[bool]]
+#: Decoded events, the body piece that completed each, and which pieces ended their read right after an event.
+_Decoded = tuple[list[_Chunk], list[int], "_PieceEnds"]
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -97,6 +97,22 @@ def _choice_text(choice: _Choice) -> str:
     if choice.message is not None:
         return (choice.message.reasoning_content or "") + (choice.message.content or "")
     return choice.text or ""
+
+
+class _PieceEnds:
+    """Whether a body piece ended its read right after an event (asked only where it matters)."""
+
+    def __init__(self, body: bytes, ends: list[int], loop: list[int], event_ends: set[int] | None = None) -> None:
+        self.body, self.ends, self.loop, self.event_ends = body, ends, loop, event_ends
+
+    def __getitem__(self, j: int) -> bool:
+        ends, loop = self.ends, self.loop
+        if j + 1 < len(ends) and loop[j + 1] == loop[j]:
+            return False  # NOTE: not the read's last piece
+        end = ends[j]
+        if self.event_ends is None:
+            return self.body[end - 2:end] == b"\n\n"
+        return end in self.event_ends
 
 
 def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
@@ -143,18 +159,19 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     content event's uncertainty is its stamp minus its read's lower bound (`ttft_uncertainty_ns`,
     0 when exact). `client_delays` gets each read's loop stamp minus its kernel stamp."""
     reads = reads or Reads(loop_stamps=stamps, is_kernel=False)
-    last = _read_ends(reads.loop_stamps)
+    loop = reads.loop_stamps
     body, ends = _events(chunks)
     body, ends = _take_server_timing(record, body, ends)
-    decoded = _common_stream(body, ends, last)
+    decoded = _common_stream(body, ends, loop)
     if decoded is None:
-        decoded = _any_stream(body, ends, last)
-    texts, cumulative, pieces, exact = _take_chunks(record, decoded, stamps, last)
+        decoded = _any_stream(body, ends, loop)
+    texts, cumulative, pieces, exact = _take_chunks(record, decoded, stamps, loop)
     record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
     if reads.is_kernel and reads.floors and pieces:
         _uncertainty(record, reads.floors, stamps, pieces, exact)
     if client_delays is not None and reads.is_kernel:
-        client_delays.extend([reads.loop_stamps[j] - stamps[j] for j in range(len(last)) if last[j] == j])
+        # NOTE: a read's pieces share its stamps; reads differ in their loop stamps.
+        client_delays.extend([lp - st for lp, st in dict.fromkeys(zip(loop, stamps, strict=True))])
     _count_tokens(record, texts, tokenizer)
     return "".join(texts) if want_text else None
 
@@ -167,15 +184,6 @@ def _uncertainty(record: RequestRecord, floors: list[int], stamps: list[int], pi
     late = [stamps[p] - floors[p] for p, is_exact in zip(pieces, exact, strict=True) if not is_exact]
     record.ttft_uncertainty_ns = 0 if exact[0] else max(stamps[pieces[0]] - floors[pieces[0]], 0)
     record.num_uncertain_events = sum([u > STAMP_TOLERANCE_NS for u in late])
-
-
-def _read_ends(loop_stamps: list[int]) -> list[int]:
-    """For each piece, the index of the last piece of the same read (pieces of a read share a loop stamp)."""
-    out = list(range(len(loop_stamps)))
-    for j in range(len(loop_stamps) - 2, -1, -1):
-        if loop_stamps[j] == loop_stamps[j + 1]:
-            out[j] = out[j + 1]
-    return out
 
 
 def _take_server_timing(record: RequestRecord, body: bytes, ends: list[int]) -> tuple[bytes, list[int]]:
@@ -229,7 +237,7 @@ def parse_server_timing_header(record: RequestRecord, value: bytes) -> None:
     _set_server_timing(record, _ServerTiming(**spans, prefill_steps=None if steps is None else int(steps)))
 
 
-def _common_stream(body: bytes, ends: list[int], last: list[int]) -> _Decoded | None:
+def _common_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded | None:
     """The common stream, one `data: ` line per event and [DONE] last, decoded without a loop per event.
 
     JSON escapes newlines inside strings, so when the body holds exactly two `\\n` per event, every
@@ -244,37 +252,36 @@ def _common_stream(body: bytes, ends: list[int], last: list[int]) -> _Decoded | 
     if len(chunks) != num - 1:
         return None  # an event that was not one JSON value
     pieces: list[int] = []
-    exact: list[bool] = []
     start, newlines, done = 0, 0, 0
     for j, end in enumerate(ends):
         newlines += body.count(b"\n", start, end)
         # NOTE: newlines come in pairs, one pair per event; an event ends at its pair's second one.
         if num_new := newlines // 2 - done:
             pieces += [j] * num_new
-            # NOTE: only a read's last event can be exact, and only when nothing follows it in the read.
-            is_last_exact = last[j] == j and newlines % 2 == 0 and body[end - 1] == 10
-            exact += [False] * (num_new - 1) + [is_last_exact]
         start, done = end, newlines // 2
-    return chunks, pieces[: len(chunks)], exact[: len(chunks)]
+    # NOTE: here the only newlines are the pairs that end events: a piece ends right after an
+    # event exactly when its last two bytes are a pair.
+    return chunks, pieces[: len(chunks)], _PieceEnds(body, ends, loop)
 
 
-def _any_stream(body: bytes, ends: list[int], last: list[int]) -> _Decoded:
+def _any_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded:
     """Any valid SSE stream (comments, several lines per event, CR line ends); MalformedSSE otherwise."""
     events = body.split(b"\n\n")
     if (tail := events.pop()).strip():
         raise MalformedSSE(f"stream ended inside an event: {tail[:80]!r}")
-    payloads, pieces, exact, is_done = _payloads(events, ends, last)
+    payloads, pieces, event_ends, is_done = _payloads(events, ends)
     if not is_done:
         raise MalformedSSE("stream ended without data: [DONE]")
-    return _decode_all(payloads), pieces, exact
+    return _decode_all(payloads), pieces, _PieceEnds(body, ends, loop, set(event_ends))
 
 
-def _payloads(events: list[bytes], ends: list[int], last: list[int]) -> tuple[list[bytes], list[int], list[bool], bool]:
-    """Each JSON `data:` payload with the piece that completed it and whether it ended its read, and
+def _payloads(events: list[bytes], ends: list[int]) -> tuple[list[bytes], list[int], list[int], bool]:
+    """Each JSON `data:` payload with the piece that completed it, every event's end offset, and
     whether [DONE] came."""
-    payloads, pieces, exact, pos, done = [], [], [], 0, False
+    payloads, pieces, event_ends, pos, done = [], [], [], 0, False
     for event in events:
         pos += len(event) + 2
+        event_ends.append(pos)
         if event.startswith(b"data: ") and b"\n" not in event:
             payload = event[6:].strip()  # NOTE: the common case, one data line, skips the split below
         elif (payload := _event_data(event)) is None:
@@ -283,10 +290,8 @@ def _payloads(events: list[bytes], ends: list[int], last: list[int]) -> tuple[li
             done = True
             continue
         payloads.append(payload)
-        piece = bisect_right(ends, pos - 1)
-        pieces.append(piece)
-        exact.append(ends[last[piece]] == pos)
-    return payloads, pieces, exact, done
+        pieces.append(bisect_right(ends, pos - 1))
+    return payloads, pieces, event_ends, done
 
 
 def _event_data(event: bytes) -> bytes | None:
@@ -323,55 +328,49 @@ def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
 
 
 def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int],
-                 last: list[int]) -> tuple[list[str], list, list[int], list[bool]]:
+                 loop: list[int]) -> tuple[list[str], list, list[int], list[bool]]:
     """Usage, content events' stamps and texts, each content event's streamed usage (or None), and
     each content event's piece and whether its stamp is exact (`_exact_content`)."""
     texts: list[str] = []
     cumulative: list[int | None] = []
-    content_pieces: list[int] = []
-    is_content: list[bool] = []
+    content: list[int] = []
     chunk_ns = record.chunk_ns
     usage = None
     chunks, pieces, ends_read = decoded
-    for chunk, piece in zip(chunks, pieces, strict=True):
+    for k, chunk in enumerate(chunks):
         if chunk.error is not None:
             raise ServerErrorEvent(f"error event in stream: {str(chunk.error)[:200]}")
         usage = chunk.usage
         choices = chunk.choices
-        text = "" if not choices else (_choice_text(choices[0]) if len(choices) == 1
-                                       else "".join([_choice_text(c) for c in choices]))
-        is_content.append(bool(text))
+        if not choices:
+            continue
+        text = _choice_text(choices[0]) if len(choices) == 1 else "".join([_choice_text(c) for c in choices])
         if text:
-            chunk_ns.append(stamps[piece])
-            content_pieces.append(piece)
+            content.append(k)
             texts.append(text)
             cumulative.append(usage.completion_tokens if usage is not None else None)
+    content_pieces = [pieces[k] for k in content]
+    chunk_ns += [stamps[p] for p in content_pieces]
     final = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
     if final is not None:
         record.usage_prompt_tokens, record.usage_completion_tokens = final.prompt_tokens, final.completion_tokens
     if chunk_ns:
         record.first_token_ns = chunk_ns[0]
-    exact = _exact_content(pieces, ends_read, is_content, last)
+    exact = _exact_content(content, pieces, ends_read, loop)
     record.num_coalesced_events = len(exact) - sum(exact)
     return texts, cumulative, content_pieces, exact
 
 
-def _exact_content(pieces: list[int], ends_read: list[bool], is_content: list[bool], last: list[int]) -> list[bool]:
-    """For each content event, whether its stamp is exact: no later content event has bytes in its
-    read. Events without content after it in the read (a finish chunk, usage, [DONE]) do not count:
-    servers write them with the last token."""
-    out: list[bool] = []
-    group, tail_ok, content_after = -1, True, False
-    for k in range(len(pieces) - 1, -1, -1):
-        if last[pieces[k]] != group:  # NOTE: walking back, k is the last event its read completed
-            group = last[pieces[k]]
-            tail_ok = ends_read[k] or k + 1 == len(pieces) or not is_content[k + 1]
-            content_after = False
-        if is_content[k]:
-            out.append(tail_ok and not content_after)
-            content_after = True
-    out.reverse()
-    return out
+def _exact_content(content: list[int], pieces: list[int], ends_read: list[bool], loop: list[int]) -> list[bool]:
+    """For each content event (`content`: event indices), whether its stamp is exact: the next
+    content event has no bytes in its read, i.e. completes in a later read and starts after this
+    read's end (the event before it ended the read). Events without content in between (a finish
+    chunk, usage, [DONE]) do not count: servers write them with the last token."""
+    if not content:
+        return []
+    return [not (loop[pieces[nxt]] == loop[pieces[k]]
+                 or (loop[pieces[nxt - 1]] == loop[pieces[k]] and not ends_read[pieces[nxt - 1]]))
+            for k, nxt in zip(content, content[1:], strict=False)] + [True]
 
 
 def _per_event_tokens(cumulative: list[int | None]) -> tuple[list[float], str]:
