@@ -25,6 +25,7 @@ import httpx
 import numpy as np
 
 from loadgen.selftest import testserver
+from loadgen.selftest.aiperf_peer import run_aiperf, server_truth
 
 SCENARIOS = (("paced", 256), ("paced", 2048), ("flood", 256))
 #: The server stamps an event just before its write; the client's kernel stamp comes a few µs later.
@@ -162,13 +163,6 @@ def _at(samples: list[tuple[float, float, float]], t: float, i: int) -> float:
     return samples[0][i] if t < samples[0][0] else samples[-1][i]
 
 
-def _server_truth(url: str) -> dict:
-    s = httpx.get(url + "/stats").json()
-    gaps = s["num_tokens_sent"] - len(s["ttft_ms"])
-    return {"ttft_ms": s["ttft_ms"], "gaps": gaps, "gap_sum_ms": (s["mean_gap_ms"] or 0.0) * gaps,
-            "tokens": s["num_tokens_sent"], "requests": s["num_requests"]}
-
-
 def run_guidellm(path: str, url: str, streams: int, args, cpu: int) -> dict:
     """guidellm 0.8.1 against the same server, pinned to the client core, bounded in time and requests.
 
@@ -196,7 +190,7 @@ def run_guidellm(path: str, url: str, streams: int, args, cpu: int) -> dict:
            "--data", f"kind=json_file,path={data_path}",
            "--output", f"kind=json,path={out}", "--disable-console"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    before = _server_truth(url)
+    before = server_truth(url)
     with open(os.path.join(tmp, "guidellm.log"), "w+") as log:
         return _drive_guidellm(cmd, tmp, env, log, url, out, before, args)
 
@@ -217,7 +211,7 @@ def _drive_guidellm(cmd, tmp, env, log, url, out, before, args) -> dict:
         time.sleep(0.25)
     wall = time.time() - t_start
     total_cpu = _children_cpu() - cpu_start  # the whole tree, reaped: includes start-up
-    after = _server_truth(url)
+    after = server_truth(url)
     log.seek(0)
     if proc.returncode != 0 or not os.path.exists(out):
         return {"error": f"exit {proc.returncode}: " + log.read()[-400:].replace("\n", " | ")}
@@ -260,6 +254,9 @@ def _scenario(mode: str, streams: int, args) -> None:
             peer = run_aiohttp(url, streams, args, args.client_cpu)
             print(json.dumps({"client": "aiohttp (bare)", "mode": mode, "streams": streams, **label, **peer}),
                   flush=True)
+        if args.aiperf is not None:
+            peer = run_aiperf(args.aiperf, url, streams, args.duration, args.output_len, args.client_cpu)
+            print(json.dumps({"client": "aiperf", "mode": mode, "streams": streams, **label, **peer}), flush=True)
         if args.guidellm is None:
             print(f"guidellm: skipped ({mode}, {streams}): no --guidellm path given", flush=True)
         elif not os.path.exists(args.guidellm):
@@ -286,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="run a busy loop pinned to the client's core during each scenario")
     p.add_argument("--guidellm", default=None, help="path to a guidellm executable (peer)")
     p.add_argument("--aiohttp", action="store_true", help="also run a bare aiohttp client (peer)")
+    p.add_argument("--aiperf", default=None, help="path to an aiperf 0.13.0 executable (peer)")
     p.add_argument("--scenarios", default=None,
                    help="MODE:STREAMS list, modes paced, flood, burst; e.g. flood:256,paced:2048 (default: "
                         "paced:256,paced:2048,flood:256)")
