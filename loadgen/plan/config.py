@@ -155,8 +155,8 @@ class RunConfig:
 
     @property
     def effective_transport(self) -> str:
-        """The transport used: the lean one speaks plain HTTP only, so https:// goes through httpx's."""
-        return "httpx" if self.base_url.startswith("https://") else self.transport
+        """The transport used (both speak http:// and https://)."""
+        return self.transport
 
     @property
     def tls_verify(self):

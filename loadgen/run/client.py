@@ -99,8 +99,8 @@ class Client:
     """A worker's HTTP client: keep-alive pool sized to at least its share of the concurrency.
 
     Requests are prepared before the run (`prepare`); with the lean transport `send` writes their
-    bytes straight through it, skipping httpx's client layers; with `--transport httpx` (and for
-    https://) they go through `httpx.AsyncClient.send`."""
+    bytes straight through it, skipping httpx's client layers; with `--transport httpx` they go
+    through `httpx.AsyncClient.send`. Both speak http:// and https://."""
 
     def __init__(self, cfg: RunConfig, num_connections: int) -> None:
         self.cfg = cfg
@@ -115,7 +115,7 @@ class Client:
             transport = self.lean = LeanTransport(max_keepalive=max(num_connections, 1),
                                                   max_body_bytes=cfg.max_response_bytes,
                                                   max_head_bytes=cfg.max_response_header_bytes,
-                                                  kernel_stamps=cfg.stamps == "kernel")
+                                                  kernel_stamps=cfg.stamps == "kernel", verify=cfg.tls_verify)
         else:
             httpcore_guards.apply(cfg.max_response_header_bytes)
             limits = httpx.Limits(max_connections=num_connections, max_keepalive_connections=num_connections)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import sys
 from collections.abc import AsyncIterator
@@ -202,6 +203,55 @@ class StampedBody(httpx.AsyncByteStream):
             self._conn.abort(httpx.ReadError("response closed before its end"))
 
 
+class Tls:
+    """TLS over memory BIOs on the connection's own socket, so reads keep their kernel stamps: the
+    plaintext of a TLS record becomes readable with the read that completed the record."""
+
+    def __init__(self, context: ssl.SSLContext, host: str) -> None:
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = context.wrap_bio(self.incoming, self.outgoing, server_hostname=host)
+        self.is_closed = False  # the peer sent close_notify
+
+    async def handshake(self, sock: socket.socket) -> None:
+        """Run the handshake over `sock` (non-blocking, connected)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self.obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush(loop, sock)
+                data = await loop.sock_recv(sock, READ_BYTES)
+                if not data:
+                    raise ConnectionResetError("connection closed during the TLS handshake") from None
+                self.incoming.write(data)
+        await self._flush(loop, sock)
+
+    async def _flush(self, loop, sock: socket.socket) -> None:
+        if out := self.outgoing.read():
+            await loop.sock_sendall(sock, out)
+
+    def decrypt(self, data: bytes) -> bytes:
+        """The plaintext that `data` (raw bytes from the socket) completes; raises ssl.SSLError."""
+        self.incoming.write(data)
+        out = []
+        while True:
+            try:
+                out.append(self.obj.read(READ_BYTES))
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self.is_closed = True
+                break
+        return b"".join(out)
+
+    def encrypt(self, data: bytes) -> bytes:
+        """`data` as TLS records to write (with anything else TLS has to send)."""
+        if data:
+            self.obj.write(data)
+        return self.outgoing.read()
+
+
 def enable_kernel_stamps(sock: socket.socket) -> bool:
     """Ask the kernel to stamp this socket's reads; False where it cannot."""
     if _SO_TIMESTAMPNS is None or not _ANC_BYTES:
@@ -216,14 +266,15 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
 class Connection:
     """One keep-alive connection on its own socket; serves one request at a time."""
 
-    def __init__(self, pool: LeanTransport, key: tuple[str, int], sock: socket.socket,
-                 max_body_bytes: int, max_head_bytes: int) -> None:
+    def __init__(self, pool: LeanTransport, key: tuple, sock: socket.socket,
+                 max_body_bytes: int, max_head_bytes: int, tls: Tls | None = None) -> None:
         self._pool = pool
         self._clock: KernelClock = pool.clock
         self._stats: ReadStats = pool.read_stats
         self._iterations: LoopIterations | None = pool.iterations if pool.iterations.is_usable else None
         self._key = key
         self._sock = sock
+        self._tls = tls
         self._fd = sock.fileno()
         self._recvmsg = sock.recvmsg
         self._anc_bytes = _ANC_BYTES if pool.kernel_stamps and enable_kernel_stamps(sock) else 0
@@ -280,7 +331,23 @@ class Connection:
         else:
             self._was_full = False
             self.floor_ns = loop_ns
-        self.data_received(data)
+        if self._tls is not None:
+            self._tls_received(data)
+        else:
+            self.data_received(data)
+
+    def _tls_received(self, data: bytes) -> None:
+        try:
+            plain = self._tls.decrypt(data)  # type: ignore[union-attr]
+            if out := self._tls.encrypt(b""):  # type: ignore[union-attr]
+                self._send_raw(out)  # NOTE: e.g. an answer to a key update
+        except ssl.SSLError as exc:
+            self._lost(exc)
+            return
+        if plain:
+            self.data_received(plain)
+        if self._tls.is_closed and not self.is_closed:  # type: ignore[union-attr]
+            self._lost(None)
 
     def data_received(self, data: bytes) -> None:
         if self.body is None:  # NOTE: only outside a body; a body's reads skip these checks
@@ -382,6 +449,18 @@ class Connection:
         return status, self._headers, body
 
     def _write(self, data: bytes) -> None:
+        if self._tls is not None:
+            try:
+                data = self._tls.encrypt(data)
+            except ssl.SSLError as exc:
+                self.abort(httpx.WriteError(f"cannot write the request: {exc}"))
+                return
+        self._send_raw(data)
+
+    def _send_raw(self, data: bytes) -> None:
+        if self._pending is not None:
+            self._pending = memoryview(bytes(self._pending) + data)
+            return
         try:
             sent = self._sock.send(data)
         except (BlockingIOError, InterruptedError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from dataclasses import dataclass
 
 import httpx
@@ -29,6 +30,7 @@ from loadgen.run.connection import (
     ReadStats,
     ResponseTooLarge,
     StampedBody,
+    Tls,
     header_cap_message,
     too_large_message,
 )
@@ -47,23 +49,29 @@ def head_size(status: int, reason: str, headers: list[tuple[bytes, bytes]]) -> i
 
 @dataclass(frozen=True)
 class LeanRequest:
-    """A request as the bytes the lean transport writes, and the (host, port) it goes to."""
+    """A request as the bytes the lean transport writes, and the (host, port, is_tls) it goes to."""
 
-    key: tuple[str, int]
+    key: tuple[str, int, bool]
     data: bytes
 
 
 class LeanTransport(httpx.AsyncBaseTransport):
-    """HTTP/1.1 keep-alive transport for plain-http targets; keeps up to `max_keepalive` idle.
+    """HTTP/1.1 keep-alive transport for http:// and https:// targets; keeps up to `max_keepalive` idle.
+
+    https runs TLS over memory BIOs on the connection's own socket (`connection.Tls`), so its reads
+    keep their kernel stamps; `verify` is httpx's (True, False or an SSL context).
 
     A body longer than `max_body_bytes` fails with `ResponseTooLarge` while it is read; a response
     head (1xx heads included) longer than `max_head_bytes` with `BadResponse`. Connections ask
     for the kernel's receive stamps unless `kernel_stamps` is off (`stamp_source` says what they got)."""
 
     def __init__(self, max_keepalive: int = 4096, max_body_bytes: int = 1 << 62,
-                 max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES, kernel_stamps: bool = True) -> None:
-        self._idle: dict[tuple[str, int], list[Connection]] = {}
+                 max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES, kernel_stamps: bool = True,
+                 verify: bool | ssl.SSLContext = True) -> None:
+        self._idle: dict[tuple, list[Connection]] = {}
         self._addresses: dict[tuple[str, int], list[tuple]] = {}
+        self._verify = verify
+        self._ssl_context: ssl.SSLContext | None = None
         self._max_body_bytes = max_body_bytes
         self._max_head_bytes = max_head_bytes
         self._max_keepalive = max_keepalive
@@ -103,38 +111,57 @@ class LeanTransport(httpx.AsyncBaseTransport):
     def prepare(request: httpx.Request) -> LeanRequest:
         """The request's bytes, built once (its body must have been read: built with `content=`)."""
         url = request.url
-        if url.scheme != "http":
-            raise httpx.UnsupportedProtocol("LeanTransport serves http:// only")
-        return LeanRequest((url.host, url.port or 80), _request_head(request) + request.content)
+        if url.scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol("LeanTransport serves http:// and https:// only")
+        is_tls = url.scheme == "https"
+        key = (url.host, url.port or (443 if is_tls else 80), is_tls)
+        return LeanRequest(key, _request_head(request) + request.content)
 
     async def open(self, request: LeanRequest) -> tuple[int, list, StampedBody]:
         """Send a prepared request; its status, headers and the body as it arrives."""
         conn = await self._acquire(request.key)
         return await conn.send(request.data)
 
-    async def _acquire(self, key: tuple[str, int]) -> Connection:
+    async def _acquire(self, key: tuple[str, int, bool]) -> Connection:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
             self._num_idle -= 1
             if not conn.is_closed:
                 return conn
-        sock = await self._connect(key)
-        conn = Connection(self, key, sock, self._max_body_bytes, self._max_head_bytes)
+        sock, tls = await self._connect(key)
+        conn = Connection(self, key, sock, self._max_body_bytes, self._max_head_bytes, tls)
         if conn.has_kernel_stamps:
             self.num_kernel_stamped += 1
         else:
             self.num_loop_stamped += 1
         return conn
 
-    async def _connect(self, key: tuple[str, int]) -> socket.socket:
-        """A connected non-blocking socket to `key`, trying each of its addresses in turn."""
+    async def _connect(self, key: tuple[str, int, bool]) -> tuple[socket.socket, Tls | None]:
+        """A connected non-blocking socket to `key`, trying each of its addresses in turn, and its
+        TLS state once the handshake is done (https)."""
+        host, port, is_tls = key
+        sock = await self._open_socket(host, port)
+        if not is_tls:
+            return sock, None
+        try:
+            tls = Tls(self._context(), host)
+            await tls.handshake(sock)
+        except (OSError, ssl.SSLError) as exc:  # NOTE: ssl.SSLError is an OSError; named for the reader
+            sock.close()
+            raise httpx.ConnectError(f"TLS handshake with {host}:{port} failed: {exc}") from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock, tls
+
+    async def _open_socket(self, host: str, port: int) -> socket.socket:
         loop = asyncio.get_running_loop()
         try:
-            if key not in self._addresses:
-                self._addresses[key] = await loop.getaddrinfo(*key, type=socket.SOCK_STREAM)
+            if (host, port) not in self._addresses:
+                self._addresses[host, port] = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             error: OSError = OSError("no address")
-            for family, kind, proto, _, address in self._addresses[key]:
+            for family, kind, proto, _, address in self._addresses[host, port]:
                 sock = socket.socket(family, kind, proto)
                 try:
                     sock.setblocking(False)
@@ -149,9 +176,18 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     raise
             raise error
         except OSError as exc:
-            raise httpx.ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from None
+            raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from None
 
-    def _release(self, key: tuple[str, int], conn: Connection) -> None:
+    def _context(self) -> ssl.SSLContext:
+        """httpx's SSL context for `verify` (its CA bundle, or the one given), asking for HTTP/1.1."""
+        if self._ssl_context is None:
+            verify = self._verify
+            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+            context.set_alpn_protocols(["http/1.1"])
+            self._ssl_context = context
+        return self._ssl_context
+
+    def _release(self, key: tuple, conn: Connection) -> None:
         if self._num_idle >= self._max_keepalive:
             conn.close()
             return

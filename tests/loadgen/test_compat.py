@@ -186,11 +186,14 @@ def test_https_verified_insecure_and_refused(start_server, certificate, tmp_path
     url = f"https://127.0.0.1:{server.port}"
     base = ["--base-url", url, "--concurrency", "2", "--num-prompts", "4", "--quiet",
             "--random-input-len", "8", "--random-output-len", "3", "--random-range-ratio", "1"]
-    for extra in (["--ca-cert", cert], ["--insecure"]):
+    for extra, stamps in ((["--ca-cert", cert], "kernel"), (["--insecure"], "kernel"),
+                          (["--insecure", "--transport", "httpx"], "loop")):
         out = tmp_path / f"r{len(extra)}.json"
         assert main([*base, *extra, "--output", str(out)]) == 0
         data = json.loads(out.read_text())
         assert data["completed"] == 4 and data["dataset"]["input_lengths"] == "server /tokenize"
+        # NOTE: the lean transport runs TLS on its own socket, so https keeps the kernel's stamps.
+        assert data["summary"]["client_health"]["stamp_source"] == stamps, extra
     out = tmp_path / "refused.json"
     assert main([*base, "--model", "scripted-model", "--no-server-tokenize", "--output", str(out)]) == 4
     errors = json.loads(out.read_text())["summary"]["errors"]
