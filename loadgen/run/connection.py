@@ -409,7 +409,10 @@ class Connection:
         self.body = StampedBody(self, self._max_body_bytes)
         self.body.is_kernel = bool(self._anc_bytes)
         if self._head is not None and not self._head.done():
-            self._head.set_result((status, self.body))
+            # NOTE: the headers travel with the future: a response parsed whole in one read puts
+            # the connection back in the pool, and the next send resets self._headers before the
+            # waiter resumes.
+            self._head.set_result((status, self.body, self._headers))
 
     def on_body(self, body: bytes) -> None:
         if self.body is not None:  # None once aborted in the middle of a read
@@ -442,11 +445,11 @@ class Connection:
         self._was_full = False
         self._write(data)
         try:
-            status, body = await self._head
+            status, body, headers = await self._head
         except asyncio.CancelledError:
             self.abort(httpx.ReadError("request cancelled"))
             raise
-        return status, self._headers, body
+        return status, headers, body
 
     def _write(self, data: bytes) -> None:
         if self._tls is not None:
