@@ -22,6 +22,9 @@ CLIENT_BOUND_CPU_SHARE = 0.90
 CLIENT_BOUND_LOOP_LAG_MS = 20.0
 CLIENT_BOUND_SEND_LAG_MS = 20.0
 STREAMS_PER_AUTO_WORKER = 512
+#: --server-metrics-interval: scrapes more often than this cost the client's CPU, rarer ones see
+#: too little of a run; past 1 h the interval would overflow the thread's wait.
+SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,11 @@ class RunConfig:
             raise ValueError("endpoint must be a path starting with '/'")
         if self.ramp_up_s < 0 or (self.ramp_up_s and self.concurrency is None):
             raise ValueError("--ramp-up needs --concurrency")
-        if self.server_metrics_interval_s <= 0 or self.timeline_interval_s <= 0:
-            raise ValueError("--server-metrics-interval and --timeline-interval must be > 0")
+        low, high = SERVER_METRICS_INTERVAL_RANGE_S
+        if not low <= self.server_metrics_interval_s <= high:
+            raise ValueError(f"--server-metrics-interval must be in [{low:g}, {high:g}] s")
+        if self.timeline_interval_s <= 0:
+            raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
 
     @property
