@@ -47,6 +47,17 @@ def positive_float(allow_inf: bool = False):
     return parse
 
 
+def float_between(low: float, high: float):
+    """A number in [low, high]."""
+    def parse(text: str) -> float:
+        value = _number(text, float)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be in [{low:g}, {high:g}]")
+        return value
+    parse.__name__ = f"number in [{low:g}, {high:g}]"
+    return parse
+
+
 def nonneg_float(text: str) -> float:
     """A finite number >= 0."""
     value = _number(text, float)

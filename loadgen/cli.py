@@ -21,6 +21,7 @@ from loadgen.plan.config import (
     BACKEND_ALIASES,
     DATASETS,
     RAY_STRATEGIES,
+    SERVER_METRICS_INTERVAL_RANGE_S,
     SLO,
     STAMP_SOURCES,
     TRACE_DATASETS,
@@ -65,7 +66,7 @@ subcommands:
 exit codes: 0 done; 1 the run could not start (server unreachable, dataset unreadable);
 2 bad flags; 3 client-bound under --strict; 4 failed requests above --max-error-rate
 (default: only when every request failed); 5 a worker process died (its requests are missing);
-130 interrupted (results still written)."""
+130 interrupted (results still written, unless Ctrl-C came before the load started)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="do not scrape the server's Prometheus /metrics during the run")
     a("--server-metrics-url", type=at.base_url, default=None,
       help="where the server's Prometheus metrics are (default: BASE_URL/metrics)")
-    a("--server-metrics-interval", type=at.positive_float(), default=_RC.server_metrics_interval_s,
-      help="seconds between scrapes (default 1)")
+    a("--server-metrics-interval", type=at.float_between(*SERVER_METRICS_INTERVAL_RANGE_S),
+      default=_RC.server_metrics_interval_s, help="seconds between scrapes, 0.05 to 3600 (default 1)")
     a("--itl-sketch", action="store_true",
       help="ITL percentiles from a log histogram within 1%% (mean and max stay exact); automatic past "
       "20M ITL samples, where the exact lists would hold about 1.3 GiB")
@@ -401,6 +402,9 @@ def _run(argv: list[str]) -> int:
     except SetupError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # NOTE: once the load runs, Ctrl-C ends it and the results are kept
+        print("loadgen: interrupted (Ctrl-C) before the results were ready; nothing was written", file=sys.stderr)
+        return 130
     if not args.quiet:
         print_table(result)
     data = result_dict(result, {**vars(dcfg), **result.dataset_info}, detailed=args.save_detailed,

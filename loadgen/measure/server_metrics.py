@@ -14,11 +14,16 @@ from dataclasses import dataclass
 
 import httpx
 
-from loadgen.measure.prometheus import Metrics, parse
+from loadgen.measure.prometheus import Deadline, Metrics, ScrapeError, fetch
 
 #: Server and client figures further apart than this fraction get a note.
 AGREEMENT_MARGIN = 0.05
-FIRST_SCRAPE_TIMEOUT_S = 5.0
+#: A scrape's whole time (connect, head, body): the baseline's, and the others' (the interval
+#: within these bounds). A scrape past it is cut and counted as failed.
+FIRST_SCRAPE_DEADLINE_S = 5.0
+MIN_DEADLINE_S, MAX_DEADLINE_S = 2.0, 5.0
+#: How long stop() waits for the thread once its scrape in flight is cut.
+THREAD_JOIN_S = 1.0
 
 #: Series name -> the metric names each server uses for it, first match wins.
 #: Gauges are summed over label sets (ranks, engines), except `kv_usage` (a fraction: averaged).
@@ -68,15 +73,8 @@ def wanted_names(kind: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def only(text: str, names: frozenset[str]) -> str:
-    """The sample lines of `names` (comments dropped): the parser then reads a few lines, not the
-    whole exposition with its histogram buckets. Sample names stay as they were."""
-    keep = []
-    for line in text.splitlines():
-        end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
-        if end > 0 and line[:end] in names:
-            keep.append(line)
-    return "\n".join(keep) + "\n"
+#: The names the baseline scrape keeps: those of every dialect (it finds which one the server speaks).
+ALL_NAMES = frozenset().union(*(wanted_names(kind) for kind in DIALECTS))
 
 
 def dialect(metrics: Metrics) -> str | None:
@@ -129,13 +127,18 @@ class _Scrape:
 
 
 class Scraper:
-    """Scrapes `url` every `interval_s` in a thread; `stop()` returns the `server_metrics` block."""
+    """Scrapes `url` every `interval_s` in a thread; `stop()` returns the `server_metrics` block.
+
+    Each scrape is bounded (`prometheus.fetch`: bytes, samples, a deadline that cuts its socket),
+    so whatever the target does, a scrape ends, the thread goes on, and `stop()` returns."""
 
     def __init__(self, url: str, interval_s: float = 1.0, headers: dict | None = None,
                  verify: bool = True) -> None:
         self.url, self.interval_s = url, interval_s
+        self.deadline_s = min(MAX_DEADLINE_S, max(MIN_DEADLINE_S, interval_s))
+        # NOTE: no kept-alive connection: each scrape connects, so its deadline holds its socket.
         self.client = httpx.Client(headers=headers or {}, verify=verify,
-                                   timeout=max(1.0, min(5.0, interval_s)))
+                                   limits=httpx.Limits(max_keepalive_connections=0))
         self.scrapes: list[tuple[int, dict]] = []
         self.first: _Scrape | None = None
         self.last: _Scrape | None = None
@@ -143,27 +146,34 @@ class Scraper:
         self.names: frozenset[str] | None = None
         self.status = "not started"
         self.failures = 0
+        self.last_failure: str | None = None
         self.thread_cpu_s = 0.0
+        self.is_interrupted = False  # Ctrl-C came during stop()
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # NOTE: guards what the thread and stop() both touch
+        self._deadline: Deadline | None = None  # the latest scrape's, which stop() cuts
+        self._is_closed = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> str:
         """Scrape once, the baseline: 'ok', or 'unavailable: why' (the run goes on without them)."""
         try:
-            first = self._scrape(timeout=FIRST_SCRAPE_TIMEOUT_S)
-        except (httpx.HTTPError, ValueError) as exc:
-            self.status = f"unavailable: {_why(exc)}"
-            self.client.close()
-            return self.status
+            first = self._scrape(FIRST_SCRAPE_DEADLINE_S, ALL_NAMES)
+        except Exception as exc:  # NOTE: whatever the target sends, the run goes on
+            return self._unavailable(_why(exc))
         self.kind = dialect(first.metrics)
         if self.kind is None:
-            self.status = f"unavailable: {self.url} lists no vllm:, sglang: or reference: metrics"
-            self.client.close()
-            return self.status
+            return self._unavailable(f"{self.url} has none of the vllm:, sglang: or reference: "
+                                     "metrics loadgen reads")
         self.names = wanted_names(self.kind)
         self.first = first
         self._keep(first)
         self.status = "ok"
+        return self.status
+
+    def _unavailable(self, why: str) -> str:
+        self.status = f"unavailable: {why}"
+        self.client.close()
         return self.status
 
     def begin(self) -> None:
@@ -173,23 +183,35 @@ class Scraper:
             self._thread = threading.Thread(target=self._loop, name="loadgen-scraper", daemon=True)
             self._thread.start()
 
-    def _scrape(self, timeout: float | None = None) -> _Scrape:
-        kwargs = {} if timeout is None else {"timeout": timeout}
-        response = self.client.get(self.url, **kwargs)
-        response.raise_for_status()
-        text = response.text if self.names is None else only(response.text, self.names)
-        return _Scrape(time.perf_counter_ns(), parse(text))
+    def _scrape(self, deadline_s: float, names: frozenset[str], is_final: bool = False) -> _Scrape:
+        with self._lock:
+            if self._stop.is_set() and not is_final:
+                raise _Stopped
+            self._deadline = deadline = Deadline(deadline_s)
+        return _Scrape(time.perf_counter_ns(), fetch(self.client, self.url, deadline, names))
 
     def _keep(self, scrape: _Scrape) -> None:
-        self.last = scrape
-        self.scrapes.append((scrape.t_ns, read_series(scrape.metrics, self.kind)))
+        with self._lock:
+            if not self._is_closed:
+                self.last = scrape
+                self.scrapes.append((scrape.t_ns, read_series(scrape.metrics, self.kind)))
+
+    def _try(self, is_final: bool = False) -> None:
+        """One scrape, kept, or counted as failed with its reason (a scrape that stop() cut is
+        neither)."""
+        try:
+            scrape = self._scrape(self.deadline_s, self.names, is_final)
+        except Exception as exc:  # NOTE: whatever the target sends, the thread goes on
+            with self._lock:
+                if is_final or not self._stop.is_set():
+                    self.failures += 1
+                    self.last_failure = _why(exc)
+            return
+        self._keep(scrape)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                self._keep(self._scrape())
-            except (httpx.HTTPError, ValueError):
-                self.failures += 1
+            self._try()
             self.thread_cpu_s = time.thread_time()
 
     def latest(self) -> dict | None:
@@ -197,22 +219,30 @@ class Scraper:
         return self.scrapes[-1][1] if self.scrapes else None
 
     def stop(self, t0_ns: int) -> dict:
-        """End the thread, scrape a last time, and build the block (times in s from `t0_ns`)."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            try:
-                self._keep(self._scrape())
-            except (httpx.HTTPError, ValueError):
-                self.failures += 1
-        self.client.close()
+        """End the thread (its scrape in flight is cut), scrape a last time, and build the block
+        (times in s from `t0_ns`). It returns within THREAD_JOIN_S and one deadline whatever the
+        target does; a Ctrl-C here skips what is left of it (`is_interrupted`)."""
+        try:
+            if self._thread is not None:
+                with self._lock:
+                    self._stop.set()
+                    if self._deadline is not None:
+                        self._deadline.cut()
+                self._thread.join(THREAD_JOIN_S)
+                self._try(is_final=True)
+        except KeyboardInterrupt:
+            self.is_interrupted = True
+        finally:
+            with self._lock:
+                self._is_closed = True
+            self.client.close()
         return self.block(t0_ns)
 
     def block(self, t0_ns: int) -> dict:
         """The `server_metrics` block of the results JSON."""
         out = {"status": self.status, "url": self.url, "dialect": self.kind, "interval_s": self.interval_s,
                "scrapes": len(self.scrapes), "failed_scrapes": self.failures,
-               "scrape_thread_cpu_s": self.thread_cpu_s}
+               "scrape_thread_cpu_s": self.thread_cpu_s, "last_failure": self.last_failure}
         if self.status != "ok":
             return out
         series = {"t_s": [(t - t0_ns) / 1e9 for t, _ in self.scrapes]}
@@ -227,9 +257,15 @@ class Scraper:
         return out
 
 
+class _Stopped(Exception):
+    """The thread's next scrape, refused: stop() has begun."""
+
+
 def _why(exc: Exception) -> str:
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
+    if isinstance(exc, ScrapeError):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

@@ -32,6 +32,9 @@ CLIENT_BOUND_UNCERTAIN_EVENTS = 0.01  # share of events whose stamps may be > CL
 CLIENT_BOUND_IDLE_SHARE = 0.05  # share of a slot's time it stood empty because the client refilled it late
 MACHINE_BUSY_WAIT_SHARE = 0.10  # a worker that waited this share of its time for a CPU: the machine is busy
 STREAMS_PER_AUTO_WORKER = 512
+#: --server-metrics-interval: scrapes more often than this cost the client's CPU, rarer ones see
+#: too little of a run; past 1 h the interval would overflow the thread's wait.
+SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,11 @@ class RunConfig:
             raise ValueError("endpoint must be a path starting with '/'")
         if self.ramp_up_s < 0 or (self.ramp_up_s and self.concurrency is None):
             raise ValueError("--ramp-up needs --concurrency")
-        if self.server_metrics_interval_s <= 0 or self.timeline_interval_s <= 0:
-            raise ValueError("--server-metrics-interval and --timeline-interval must be > 0")
+        low, high = SERVER_METRICS_INTERVAL_RANGE_S
+        if not low <= self.server_metrics_interval_s <= high:
+            raise ValueError(f"--server-metrics-interval must be in [{low:g}, {high:g}] s")
+        if self.timeline_interval_s <= 0:
+            raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
 
     @property

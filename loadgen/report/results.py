@@ -55,8 +55,10 @@ COMPARE_KEYS = (
 
 
 def _jsonable(value):
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
+    """`value` as strict JSON can hold it: +-inf as "inf" / "-inf", NaN as None (JSON has
+    neither, and strict readers refuse Python's `Infinity` / `NaN`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if dataclasses.is_dataclass(value):
         return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
     if isinstance(value, dict):
@@ -127,7 +129,7 @@ def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metada
 def write_json(path: str, data: dict) -> None:
     """Write the results JSON."""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
+        json.dump(_jsonable(data), f, indent=2)
 
 
 def save_result(data: dict, result_dir: str | None, filename: str | None, append: bool) -> str:
@@ -141,7 +143,7 @@ def save_result(data: dict, result_dir: str | None, filename: str | None, append
     with open(path, "a" if append else "w", encoding="utf-8") as f:
         if append and f.tell() > 0:
             f.write("\n")
-        json.dump(data, f)
+        json.dump(_jsonable(data), f)
     return path
 
 
@@ -172,7 +174,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
             }
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(_jsonable(row)) + "\n")
 
 
 def fmt(value, spec: str = "{:.2f}") -> str:

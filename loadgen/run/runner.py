@@ -331,6 +331,7 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
         summary["cluster"] = pool.cluster_summary()
     t0 = min((r.intended_ns for r in records), default=pool.start_ns.value)
     server = scraper.stop(t0) if scraper is not None else {"status": "off"}
+    interrupted = interrupted or (scraper is not None and scraper.is_interrupted)
     if (versus := server_vs_client(server, summary)) is not None:
         summary["server_vs_client"] = versus
     cpu_start = time.process_time()

@@ -49,7 +49,11 @@ class _Choice(msgspec.Struct, gc=False):
 
 # NOTE: usage is the server's word: a negative count or one past int64 is a broken stream (it
 # once killed a worker in the records' msgpack encoding, and gave negative throughput).
-_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+MAX_COUNT = (1 << 63) - 1
+_Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+#: The largest server-timing span taken (about 11.6 days); one past it, negative or not finite is
+#: ignored, in the header and the comment alike (it once killed a worker, and made NaN of means).
+MAX_SPAN_MS = 1e9
 
 
 class _Usage(msgspec.Struct, gc=False):
@@ -210,31 +214,37 @@ def _take_server_timing(record: RequestRecord, body: bytes, ends: list[int]) -> 
     return body[:start] + body[stop:], [end if end <= start else max(start, end - cut) for end in ends]
 
 
+def _in_range(value, high: float):
+    """`value` when it is in [0, high] (so never NaN or infinite), else None."""
+    return value if value is not None and 0 <= value <= high else None
+
+
 def _set_server_timing(record: RequestRecord, timing: _ServerTiming) -> None:
-    record.server_arrival_to_queue_ms = timing.arrival_to_queue_ms
-    record.server_queue_ms = timing.queue_ms
-    record.server_prefill_ms = timing.prefill_ms
-    record.server_prefill_steps = timing.prefill_steps
-    record.server_first_output_ms = timing.first_output_ms
-    record.server_decode_ms = timing.decode_ms
+    record.server_arrival_to_queue_ms = _in_range(timing.arrival_to_queue_ms, MAX_SPAN_MS)
+    record.server_queue_ms = _in_range(timing.queue_ms, MAX_SPAN_MS)
+    record.server_prefill_ms = _in_range(timing.prefill_ms, MAX_SPAN_MS)
+    record.server_prefill_steps = _in_range(timing.prefill_steps, MAX_COUNT)
+    record.server_first_output_ms = _in_range(timing.first_output_ms, MAX_SPAN_MS)
+    record.server_decode_ms = _in_range(timing.decode_ms, MAX_SPAN_MS)
 
 
 def parse_server_timing_header(record: RequestRecord, value: bytes) -> None:
     """Fill the record's server timing from a W3C `Server-Timing` header (a whole response):
-    `name;dur=ms` per metric, `prefill_steps;desc="N"`; unknown or broken entries are skipped."""
-    fields: dict[str, float] = {}
+    `name;dur=ms` per metric, `prefill_steps;desc="N"` (an integer); unknown or broken entries are
+    skipped, and values out of range are ignored as in the comment."""
+    fields: dict[str, float | int] = {}
     for entry in value.decode("latin-1").split(","):
         name, *params = (p.strip() for p in entry.split(";"))
         for param in params:
             key, _, number = param.partition("=")
             if key in ("dur", "desc"):
                 try:
-                    fields[name] = float(number.strip('"'))
+                    fields[name] = (int if name == "prefill_steps" else float)(number.strip('"'))
                 except ValueError:
                     pass
     steps = fields.pop("prefill_steps", None)
     spans = {f"{name}_ms": ms for name, ms in fields.items() if f"{name}_ms" in _ServerTiming.__struct_fields__}
-    _set_server_timing(record, _ServerTiming(**spans, prefill_steps=None if steps is None else int(steps)))
+    _set_server_timing(record, _ServerTiming(**spans, prefill_steps=steps))
 
 
 def _common_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded | None:

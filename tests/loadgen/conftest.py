@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
 from loadgen.selftest.testserver import spawn
@@ -36,3 +39,43 @@ def start_server():
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def start_hostile_metrics():
+    """Factory: start_hostile_metrics('--metrics', 'drip', ...) -> (process, base URL), a
+    `loadgen.selftest.hostile_metrics` subprocess killed at teardown."""
+    from loadgen.selftest.hostile_metrics import spawn
+
+    procs = []
+
+    def start(*flags: str):
+        proc, url = spawn(*flags)
+        procs.append(proc)
+        return proc, url
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    """A self-signed certificate for 127.0.0.1: (cert.pem, key.pem) paths."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def _refuse(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+@pytest.fixture
+def strict_json():
+    """json.loads as strict readers do: NaN, Infinity and -Infinity are errors."""
+    return lambda text: json.loads(text, parse_constant=_refuse)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 
 import httpx
 import pytest
@@ -169,15 +168,6 @@ def test_request_body_headers_and_saved_results(start_server, tmp_path):
           "--result-dir", str(tmp_path / "res"), "--result-filename", "r.json", "--append-result"])
     docs = (tmp_path / "res" / "r.json").read_text().split("\n")
     assert len(docs) == 2 and all(json.loads(d)["completed"] >= 1 for d in docs)
-
-
-@pytest.fixture
-def certificate(tmp_path):
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-    return str(cert), str(key)
 
 
 def test_https_verified_insecure_and_refused(start_server, certificate, tmp_path):

@@ -4,21 +4,23 @@ against the scripted server, whose /metrics series are known."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from loadgen.cli import main
-from loadgen.measure.prometheus import parse
+from loadgen.measure.prometheus import SampleLines, parse
 from loadgen.measure.server_metrics import (
+    ALL_NAMES,
     dialect,
-    only,
     read_histograms,
     read_series,
     server_vs_client,
     wanted_names,
 )
+from loadgen.plan.config import RunConfig
 from loadgen.selftest.testserver import (
     SCRIPTED_KV_USAGE,
     SCRIPTED_PREEMPTIONS,
@@ -225,9 +227,118 @@ def test_the_ttft_split_from_scripted_server_timing(start_server, tmp_path):
     assert all(c > 0 for c in client)
 
 
+def _only(text: str, names: frozenset[str], piece_len: int) -> str:
+    lines = SampleLines(names)
+    data = text.encode()
+    for i in range(0, len(data), piece_len):
+        lines.feed(data[i:i + piece_len])
+    return lines.text()
+
+
+@pytest.mark.parametrize("piece_len", [1, 7, 1 << 20])
 @pytest.mark.parametrize("text, kind", [(VLLM, "vllm"), (VLLM_V0, "vllm"), (SGLANG, "sglang")])
-def test_reading_only_the_wanted_lines_reads_the_same(text, kind):
-    full, few = parse(text), parse(only(text, wanted_names(kind)))
-    assert len(few) <= len(full)
-    assert read_series(few, kind) == read_series(full, kind)
-    assert read_histograms(few, kind) == read_histograms(full, kind)
+def test_reading_only_the_wanted_lines_reads_the_same(text, kind, piece_len):
+    full = parse(text)
+    for names in (wanted_names(kind), ALL_NAMES):
+        few = parse(_only(text, names, piece_len))
+        assert len(few) <= len(full) and dialect(few) == kind
+        assert read_series(few, kind) == read_series(full, kind)
+        assert read_histograms(few, kind) == read_histograms(full, kind)
+
+
+def _loadgen(url: str, out, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "loadgen", "--base-url", url, "--quiet", "--model", "hostile-model",
+            "--no-server-tokenize", "--num-prompts", "6", "--request-rate", "4", "--random-input-len", "8",
+            "--random-output-len", "4", "--output", str(out), *extra]
+
+
+def _run_against(url: str, tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "r.json"
+    proc = subprocess.run(_loadgen(url, out, *extra), capture_output=True, text=True, timeout=180)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc, json.loads(out.read_text())
+
+
+# Before: an endless or 1 GiB body grew to 4 GB, a dripping head held the run before it started,
+# 10^6 series cost 1-2 GB and 13-16 s.
+@pytest.mark.parametrize("mode, why", [
+    ("endless", "body past 16 MiB"), ("huge", "body past 16 MiB"), ("many_other", "body past 16 MiB"),
+    ("many_read", "more than 10,000 samples of the names read"), ("drip_head", "no whole answer within 5 s"),
+])
+def test_a_hostile_baseline_scrape_costs_one_line_and_the_run_goes_on(start_hostile_metrics, tmp_path, mode, why):
+    _, url = start_hostile_metrics("--metrics", mode)
+    proc, data = _run_against(url, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [ln for ln in proc.stderr.splitlines() if "server metrics" in ln] == [
+        f"loadgen: server metrics unavailable: {why}; the run goes on without them "
+        "(--no-server-metrics silences this)"]
+    assert data["completed"] == 6 and data["server_metrics"]["status"] == f"unavailable: {why}"
+
+
+@pytest.mark.parametrize("mode, why", [("endless", "body past 16 MiB"), ("drip", "no whole answer within 2 s")])
+def test_a_target_turning_hostile_after_the_baseline_costs_failed_scrapes_not_the_run(
+        start_hostile_metrics, tmp_path, mode, why):
+    _, url = start_hostile_metrics("--metrics", mode, "--from-scrape", "2")
+    proc, data = _run_against(url, tmp_path, "--server-metrics-interval", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    sm = data["server_metrics"]
+    assert data["completed"] == 6 and not data["interrupted"]
+    assert (sm["status"], sm["scrapes"], sm["last_failure"]) == ("ok", 1, why)
+    assert sm["failed_scrapes"] >= 1 and sm["series"]["waiting"] == [2.0]
+
+
+def _interrupt_at_scrape(peer, loadgen: subprocess.Popen, n: int) -> None:
+    """Ctrl-C (SIGINT) to loadgen once the peer has received its `n`-th scrape."""
+    for line in peer.stdout:
+        if line.strip() == f"scrape {n}":
+            loadgen.send_signal(signal.SIGINT)
+            return
+    raise AssertionError(f"the peer ended before scrape {n}")
+
+
+def test_ctrl_c_in_the_last_scrape_keeps_the_finished_load(start_hostile_metrics, tmp_path):
+    # The load ends before the thread's first scrape (60 s): scrape 2 is stop()'s, and it drips.
+    peer, url = start_hostile_metrics("--metrics", "drip", "--from-scrape", "2")
+    out = tmp_path / "r.json"
+    loadgen = subprocess.Popen(_loadgen(url, out, "--server-metrics-interval", "60"),
+                               stderr=subprocess.PIPE, text=True)
+    _interrupt_at_scrape(peer, loadgen, 2)
+    _, stderr = loadgen.communicate(timeout=120)
+    assert loadgen.returncode == 130 and "Traceback" not in stderr, stderr
+    data = json.loads(out.read_text())
+    assert data["completed"] == 6 and data["interrupted"]
+    assert (data["server_metrics"]["status"], data["server_metrics"]["scrapes"]) == ("ok", 1)
+
+
+def test_ctrl_c_in_the_baseline_scrape_is_one_line_and_exit_130(start_hostile_metrics, tmp_path):
+    peer, url = start_hostile_metrics("--metrics", "drip")
+    out = tmp_path / "r.json"
+    loadgen = subprocess.Popen(_loadgen(url, out), stderr=subprocess.PIPE, text=True)
+    _interrupt_at_scrape(peer, loadgen, 1)
+    _, stderr = loadgen.communicate(timeout=120)
+    assert loadgen.returncode == 130
+    assert stderr.strip().splitlines() == [
+        "loadgen: interrupted (Ctrl-C) before the results were ready; nothing was written"]
+    assert not out.exists()
+
+
+def test_minus_inf_gauges_are_saved_as_minus_inf(start_hostile_metrics, strict_json, tmp_path):
+    _, url = start_hostile_metrics("--metrics", "neg_inf")
+    proc, _ = _run_against(url, tmp_path, "--server-metrics-interval", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    series = strict_json((tmp_path / "r.json").read_text())["server_metrics"]["series"]
+    assert set(series["running"]) == set(series["waiting"]) == {"-inf"}
+
+
+# Before: 1e300 passed and killed the scraping thread (OverflowError in its wait).
+@pytest.mark.parametrize("interval", ["0", "0.01", "3601", "1e300", "inf", "nan", "abc"])
+def test_the_scrape_interval_is_in_a_sane_range(interval, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--base-url", "http://127.0.0.1:9", "--num-prompts", "1", "--server-metrics-interval", interval])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--server-metrics-interval" in err, err
+
+
+def test_a_run_config_refuses_an_interval_out_of_range_too():
+    with pytest.raises(ValueError, match=r"in \[0.05, 3600\] s"):
+        RunConfig(base_url="http://127.0.0.1:9", num_prompts=1, concurrency=1, server_metrics_interval_s=1e300)

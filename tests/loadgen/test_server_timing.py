@@ -1,9 +1,11 @@
-"""loadgen against the reference server: every request carries the server's timing, both transports."""
+"""loadgen against the reference server: every request carries the server's timing, both transports;
+and against a hostile peer whose timing values are out of range."""
 
 from __future__ import annotations
 
 import pytest
 
+from loadgen.cli import main
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig
 from loadgen.run.runner import run
@@ -48,3 +50,38 @@ def test_no_split_without_server_timing(url):
     result = run(cfg, SMALL)
     assert all(r.ok and r.server_first_output_ms is None for r in result.records)
     assert "ttft_split" not in result.summary
+
+
+def _hostile_run(url: str, tmp_path, strict_json, *extra: str) -> tuple[int, dict, list[dict]]:
+    out, records = tmp_path / "r.json", tmp_path / "r.jsonl"
+    rc = main(["--base-url", url, "--quiet", "--model", "hostile-model", "--no-server-tokenize",
+               "--no-server-metrics", "--concurrency", "4", "--num-prompts", "16", "--random-input-len", "8",
+               "--random-output-len", "4", "--output", str(out), "--records", str(records), *extra])
+    return rc, strict_json(out.read_text()), [strict_json(line) for line in records.read_text().splitlines()]
+
+
+# Before: desc="1e30" killed the worker ("completed 0, failed 0", exit 5); nan failed 15 of 16
+# requests, inf 16 of 16. NOTE: httpx, as both transports parse the header alike: the lean one can
+# hand a request the head of the next request on its connection (no Server-Timing then).
+@pytest.mark.parametrize("steps", ["1e30", "nan", "inf"])
+def test_hostile_server_timing_header_values_are_ignored_and_every_request_counts(start_hostile_metrics,
+                                                                                 strict_json, tmp_path, steps):
+    _, url = start_hostile_metrics("--server-timing", f'arrival_to_queue;dur=0.5, queue;dur=nan, prefill;dur=inf, '
+                                                      f'first_output;dur=1e308, prefill_steps;desc="{steps}"')
+    rc, data, rows = _hostile_run(url, tmp_path, strict_json, "--no-stream", "--transport", "httpx")
+    assert rc == 0 and (data["completed"], data["failed"]) == (16, 0)
+    assert {(r["server_arrival_to_queue_ms"], r["server_queue_ms"], r["server_prefill_ms"],
+             r["server_first_output_ms"], r["server_prefill_steps"]) for r in rows} == {(0.5, None, None, None, None)}
+
+
+# Before: the TTFT split of these spans (first output 1e308 after a queue of -1e308) was written
+# as NaN, which strict JSON readers refuse.
+def test_hostile_server_timing_comment_spans_never_make_nan_in_the_results(start_hostile_metrics, strict_json,
+                                                                          tmp_path):
+    _, url = start_hostile_metrics("--timing-comment", '{"queue_ms":-1e308,"prefill_ms":0,"first_output_ms":1e308,'
+                                                       '"prefill_steps":3}')
+    rc, data, rows = _hostile_run(url, tmp_path, strict_json)
+    assert rc == 0 and (data["completed"], data["failed"]) == (16, 0)
+    assert "ttft_split" not in data["summary"]
+    assert {(r["server_queue_ms"], r["server_prefill_ms"], r["server_first_output_ms"], r["server_prefill_steps"])
+            for r in rows} == {(None, 0.0, None, 3)}

@@ -6,7 +6,7 @@ import pytest
 
 from loadgen.measure.records import RequestRecord
 from loadgen.run.client import RawResponse, finish_record
-from loadgen.run.sse import MalformedSSE, Reads, parse_stream
+from loadgen.run.sse import MalformedSSE, Reads, parse_server_timing_header, parse_stream
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 TOK = b'data: {"choices":[{"index":0,"delta":{"content":"a","reasoning_content":null}}]}\n\n'
@@ -190,3 +190,23 @@ def test_kernel_stamps_name_coalesced_events_and_bound_the_first_token():
     loop = _rec()
     parse_stream(loop, chunks, [100, 300, 300, 400])  # loop stamps: no bound claimed
     assert loop.ttft_uncertainty_ns is None and loop.num_coalesced_events == 1
+
+
+# NOTE: before, desc="1e30" killed the worker (an int past int64 in the results' msgpack), and
+# nan / inf failed the request; a span of 1e308 made the TTFT split's means NaN.
+@pytest.mark.parametrize("steps", [b'"1e30"', b'"nan"', b'"inf"', b'"-1"', b"9223372036854775808", b'"1.5"'])
+def test_server_timing_header_values_out_of_range_are_ignored(steps):
+    rec = _rec()
+    parse_server_timing_header(rec, b"arrival_to_queue;dur=0.5, queue;dur=nan, prefill;dur=inf, "
+                                    b"first_output;dur=1e308, decode;dur=-1, prefill_steps;desc=" + steps)
+    assert _timing(rec) == (0.5, None, None, None, None, None)
+    parse_server_timing_header(rec, b'queue;dur=1000000000, prefill;dur=0, prefill_steps;desc="9223372036854775807"')
+    assert _timing(rec) == (None, 1e9, 0.0, (1 << 63) - 1, None, None)
+
+
+def test_server_timing_comment_values_out_of_range_are_ignored_the_same_way():
+    rec = _rec()
+    comment = (b': server-timing {"arrival_to_queue_ms":0.5,"queue_ms":1e308,"prefill_ms":-1,'
+               b'"prefill_steps":2,"first_output_ms":1e9,"decode_ms":1000000000.5}\n\n')
+    parse_stream(rec, [ROLE + TOK + comment + DONE], [1])
+    assert rec.chunk_ns == [1] and _timing(rec) == (0.5, None, None, 2, 1e9, None)
