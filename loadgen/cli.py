@@ -260,7 +260,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
         max_response_bytes=args.max_response_bytes,
         max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
-        seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,
+        seed=seed, percentiles=args.percentiles, slo=at.run_slo(args.slo, args.goodput),
         strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
         request_id_prefix=args.request_id_prefix, server_timing=not args.no_server_timing, insecure=args.insecure, ca_cert=args.ca_cert,
         ramp_up_s=args.ramp_up, ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,

@@ -95,7 +95,9 @@ def test_sweep_past_capacity_stops_early_with_intervals(start_server, tmp_path):
 
 @pytest.mark.parametrize("flags", [("--concurrency", "1,x"), ("--concurrency", "1,1"), ("--concurrency", "0,2"),
                                    ("--request-rate", "1,-2"), ("--concurrency", "1,2", "--request-rate", "1"),
-                                   ("--num-prompts", "4"), ("--concurrency", "1", "--csv", "x.csv")])
+                                   ("--num-prompts", "4"), ("--concurrency", "1", "--csv", "x.csv"),
+                                   ("--concurrency", "1,2", "--slo", "ttft=1,ttft=2"),
+                                   ("--concurrency", "1,2", "--goodput", "ttft:1", "ttft:2")])
 def test_bad_sweep_flags_are_usage_errors(flags):
     done = _loadgen("sweep", *flags, timeout=60)
     assert done.returncode == 2 and "usage: loadgen sweep" in done.stderr
