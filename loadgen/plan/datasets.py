@@ -1,5 +1,5 @@
 """Prompt datasets: random text, random token ids, ShareGPT JSON, shared-prefix groups, custom JSONL
-and BurstGPT CSV files. Seeded.
+files; the trace datasets (mooncake, BurstGPT) are read in loadgen/plan/traces.py. Seeded.
 
 Random lengths follow one of two conventions (`--flags-from`), because the two upstream tools give
 `--random-range-ratio` different meanings: SGLang's bench_serving draws uniform integers in
@@ -14,7 +14,6 @@ give the real count.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import random
@@ -25,7 +24,6 @@ from loadgen.plan.lengths import FileTokenizer, fit_to_len, tokenizer_file
 
 SERVER_FIT_THREADS = 8
 CONVENTIONS = ("sglang", "vllm")
-BURSTGPT_MODEL = "GPT-4"
 _WORDS = (
     "the of and to in is was for on that with as by at from his it an were are which this be "
     "have had one not but all new first two may been time would after can more other when city "
@@ -132,13 +130,11 @@ def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
         return _shared_prefix(cfg, rng, tokenizer)
     if cfg.name == "custom":
         return _custom(cfg, rng, tokenizer)
-    if cfg.name == "burstgpt":
-        return _burstgpt(cfg, rng, tokenizer)
-    if cfg.name == "mooncake":
+    if cfg.name in ("burstgpt", "mooncake"):
         # NOTE: imported here: traces.py uses this module's helpers.
-        from loadgen.plan.traces import mooncake_prompts
+        from loadgen.plan.traces import burstgpt_prompts, mooncake_prompts
 
-        return mooncake_prompts(cfg, tokenizer)
+        return (burstgpt_prompts if cfg.name == "burstgpt" else mooncake_prompts)(cfg, tokenizer)
     raise ValueError(f"unknown dataset {cfg.name!r}")
 
 
@@ -257,28 +253,3 @@ def _custom(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
     if not prompts:
         raise ValueError(f"no prompts in {cfg.dataset_path}")
     return prompts
-
-
-def _burstgpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
-    """BurstGPT's CSV as vLLM reads it: GPT-4 rows with a response, their request/response token counts.
-
-    With `trace_timestamps` (replay, as AIPerf) the first rows in time order, each with its
-    `Timestamp` (seconds) relative to the first; else rows sampled as vLLM samples them."""
-    with open(cfg.dataset_path, encoding="utf-8", newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r.get("Model") == BURSTGPT_MODEL and int(float(r.get("Response tokens") or 0)) > 0]
-    if not rows:
-        raise ValueError(f"no {BURSTGPT_MODEL} rows with response tokens in {cfg.dataset_path}")
-    n = cfg.num_prompts or len(rows)
-    if cfg.trace_timestamps:
-        picked = sorted(rows, key=lambda r: float(r["Timestamp"]))[:n]
-        first = float(picked[0]["Timestamp"])
-        arrivals = [float(r["Timestamp"]) - first for r in picked]
-    else:
-        # NOTE: as vLLM: without replacement when the file has enough rows, with replacement otherwise.
-        picked = rng.sample(rows, n) if n <= len(rows) else [rows[rng.randrange(len(rows))] for _ in range(n)]
-        arrivals = [None] * len(picked)
-    ins = [max(int(float(r["Request tokens"])), 1) for r in picked]
-    texts = _texts_of_len(rng, ins, tokenizer)
-    return [Prompt(text, n, int(float(r["Response tokens"])), exact, at)
-            for (text, n, exact), r, at in zip(texts, picked, arrivals, strict=True)]
