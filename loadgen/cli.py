@@ -161,6 +161,9 @@ def _add_workload_flags(p: argparse.ArgumentParser) -> None:
       help="multi-turn: turns per session (default 3; with --dataset-path: at most this many human turns)")
     a("--multi-turn-user-len", type=at.int_at_least(1), default=_DC.multi_turn_user_len,
       help="multi-turn: tokens per synthetic user turn")
+    a("--multi-turn-max-context-bytes", type=at.int_at_least(1), default=_DC.multi_turn_max_context_bytes,
+      metavar="N", help="multi-turn: a session ends before a turn whose conversation (user turns and "
+      "answers, UTF-8) would pass N bytes, recorded as failed (context_too_large; default 8 MiB)")
     think = g.add_mutually_exclusive_group()
     think.add_argument("--multi-turn-think-time", type=at.nonneg_float, default=None, metavar="S",
                        help="multi-turn: seconds between a turn's answer and the next turn (default 0)")
@@ -282,7 +285,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         custom_output_len=None if args.custom_output_len == -1 else args.custom_output_len,
         disable_shuffle=args.disable_shuffle, block_size=args.block_size, trace_timestamps=replay,
         multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
-        multi_turn_think_time_s=_think_time_s(args),
+        multi_turn_think_time_s=_think_time_s(args), multi_turn_max_context_bytes=args.multi_turn_max_context_bytes,
     )
     return cfg, dcfg
 
@@ -341,18 +344,23 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def memory_note(cfg: RunConfig, available: int | None) -> str | None:
-    """A warning when the streams in flight could hold more than the memory available."""
+def memory_note(cfg: RunConfig, dcfg: DatasetConfig, available: int | None) -> str | None:
+    """A warning when the streams in flight could hold more than the memory available (a multi-turn
+    session also holds its conversation twice: the history and the request carrying it)."""
     per_stream = cfg.max_response_bytes + cfg.max_response_header_bytes
+    session = dcfg.name == "multi-turn"
+    if session:
+        per_stream += 2 * dcfg.multi_turn_max_context_bytes
     if cfg.concurrency is None:
         return None  # NOTE: rate mode alone does not bound the requests in flight (said in --help)
     bound = cfg.concurrency * per_stream
     if available is None or bound <= available:
         return None
-    return (f"loadgen: warning: --concurrency {cfg.concurrency} x --max-response-bytes "
-            f"{cfg.max_response_bytes} (+ headers) = {bound / 2**30:,.1f} GiB may be held at once, more than "
-            f"the {available / 2**30:,.1f} GiB available; a server sending endless bodies could exhaust "
-            "memory (lower --max-response-bytes)")
+    context = " + 2 x --multi-turn-max-context-bytes" if session else ""
+    return (f"loadgen: warning: --concurrency {cfg.concurrency} x (--max-response-bytes "
+            f"{cfg.max_response_bytes} (+ headers){context}) = {bound / 2**30:,.1f} GiB may be held at once, "
+            f"more than the {available / 2**30:,.1f} GiB available; a server sending endless bodies could "
+            "exhaust memory (lower --max-response-bytes" + (" or the context bound)" if session else ")"))
 
 
 def _exit_code(cfg: RunConfig, result) -> int:
@@ -381,7 +389,7 @@ def _run(argv: list[str]) -> int:
     ray_cfg = ray_config(args, parser)
     if (note := convention_note(dcfg)) is not None and not args.quiet:
         print(note, file=sys.stderr)
-    if (note := memory_note(cfg, available_memory_bytes())) is not None:
+    if (note := memory_note(cfg, dcfg, available_memory_bytes())) is not None:
         print(note, file=sys.stderr)
     if args.ready_check_timeout_sec:
         wait_ready(cfg, args.ready_check_timeout_sec)

@@ -68,6 +68,8 @@ class DatasetConfig:
     multi_turn_num_turns: int | None = None  # None: 3 synthetic turns, every human turn of a file
     multi_turn_user_len: int = 128
     multi_turn_think_time_s: float = 0.0
+    #: A session's conversation (user turns and answers, UTF-8 bytes) past which no turn is sent.
+    multi_turn_max_context_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -86,8 +88,8 @@ class DatasetConfig:
         turns_bad = self.multi_turn_num_turns is not None and self.multi_turn_num_turns < 1
         if self.block_size < 1 or turns_bad or self.multi_turn_user_len < 1:
             raise ValueError("block_size, multi_turn_num_turns and multi_turn_user_len must be >= 1")
-        if self.multi_turn_think_time_s < 0:
-            raise ValueError("multi_turn_think_time_s must be >= 0")
+        if self.multi_turn_think_time_s < 0 or self.multi_turn_max_context_bytes < 1:
+            raise ValueError("multi_turn_think_time_s must be >= 0 and multi_turn_max_context_bytes >= 1")
 
 
 def length_range(length: int, ratio: float, convention: str = "sglang") -> tuple[int, int]:
