@@ -43,7 +43,7 @@ from loadgen.report.results import (
 )
 from loadgen.report.sweep_tables import print_sweep_table
 from loadgen.run.runner import SetupError, run, wait_ready
-from loadgen.sweep.driver import SweepSpec, run_sweep
+from loadgen.sweep.driver import EXIT_STOPPED, SweepSpec, exit_code, run_sweep
 
 _RC, _DC = RunConfig(concurrency=1, num_prompts=1), DatasetConfig()
 # Defaults that differ between the two upstream tools (--flags-from picks the set).
@@ -357,10 +357,10 @@ def memory_note(cfg: RunConfig, dcfg: DatasetConfig, available: int | None) -> s
     if available is None or bound <= available:
         return None
     context = " + 2 x --multi-turn-max-context-bytes" if session else ""
-    return (f"loadgen: warning: --concurrency {cfg.concurrency} x (--max-response-bytes "
-            f"{cfg.max_response_bytes} (+ headers){context}) = {bound / 2**30:,.1f} GiB may be held at once, "
+    return (f"loadgen: warning: --concurrency {cfg.concurrency} x --max-response-bytes "
+            f"{cfg.max_response_bytes} (+ headers{context}) = {bound / 2**30:,.1f} GiB may be held at once, "
             f"more than the {available / 2**30:,.1f} GiB available; a server sending endless bodies could "
-            "exhaust memory (lower --max-response-bytes" + (" or the context bound)" if session else ")"))
+            f"exhaust memory (lower --max-response-bytes{' or the context bound' if session else ''})")
 
 
 def _exit_code(cfg: RunConfig, result) -> int:
@@ -370,9 +370,7 @@ def _exit_code(cfg: RunConfig, result) -> int:
         return 130
     if result.workers_lost:
         return 5
-    too_many = total > 0 and (s["failed"] == total if cfg.max_error_rate is None
-                              else s["failed"] / total > cfg.max_error_rate)
-    if too_many:
+    if cfg.too_many_failed(s["failed"], total):
         limit = "every request failed" if cfg.max_error_rate is None else f"above --max-error-rate {cfg.max_error_rate:g}"
         print(f"loadgen: {s['failed']} of {total} requests failed ({limit})", file=sys.stderr)
         return 4
@@ -474,7 +472,11 @@ def build_sweep_parser() -> argparse.ArgumentParser:
         usage="%(prog)s (--concurrency LIST | --request-rate LIST) [sweep flags] [run flags]",
         description="Full runs at each listed concurrency or request rate, repeated; stops early on "
         "over-saturation; with --slo, bisects for the highest value meeting it. Every other flag is a "
-        "run flag, as in `loadgen --help`; --output writes the sweep JSON.")
+        "run flag, as in `loadgen --help`; --output writes the sweep JSON.",
+        epilog="exit codes: 0 done; 1 the first run could not start (nothing measured, no JSON); 2 bad "
+        f"flags; {EXIT_STOPPED} stopped before its end: a run could not start, failed past --max-error-rate "
+        "(default: every request failed) or lost a worker (the finished points are written; the JSON's "
+        "`stopped` says where and why); 130 interrupted (the finished points are written).")
     a = p.add_argument
     a("--concurrency", "--max-concurrency", type=at.value_list(int), default=None, metavar="LIST",
       help="concurrencies to run, e.g. 1,8,64")
@@ -531,7 +533,10 @@ def _sweep(argv: list[str]) -> int:
         print_sweep_table(data)
     if args.output:
         write_json(args.output, data)
-    return 130 if data["interrupted"] else 0
+    if (stop := data["stopped"]) is not None:
+        print(f"loadgen sweep: stopped at {data['variable']}={stop['value']:g}: {stop['reason']}; "
+              f"{len(data['points'])} finished point(s) kept; not run: {stop['not_run']}", file=sys.stderr)
+    return exit_code(data)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -171,6 +171,71 @@ def test_pooled_verdict_is_pass_fail_or_marginal():
     assert bracket(points) == {"highest_passing": 1, "lowest_failing": 4, "unknown": [], "marginal": [2]}
 
 
+def test_a_point_with_failed_requests_or_a_lost_worker_never_passes():
+    slo = SLO(ttft_ms=990.0)
+    fast = {"ttft": [10.0] * 8, "tpot": [], "e2e_latency": []}  # every successful request far inside the bound
+    ok = {"output_throughput": 1.0, "client_bound": False, "completed": 8, "failed": 0}
+    assert aggregate(1, [ok], slo, 99.0, pooled=fast)["slo"]["verdict"] == "pass"
+    half = aggregate(1, [{**ok, "completed": 4, "failed": 4}], slo, 99.0, pooled=fast)
+    assert half["failed_requests"] == 4 and half["slo"]["verdict"] == "fail" and half["slo"]["passed"] is False
+    assert half["slo"]["failed"][0] == {"metric": "failed_requests", "value": 4, "low": 4, "high": 4, "bound": 0}
+    lost = aggregate(1, [ok, {**ok, "workers_lost": 1}], slo, 99.0, pooled=fast)["slo"]
+    assert lost["verdict"] == "fail" and lost["failed"][0]["metric"] == "workers_lost"
+    every = aggregate(1, [{**ok, "completed": 0, "failed": 8}], slo, 99.0, pooled={"ttft": []})["slo"]
+    assert every["verdict"] == "fail"  # no latency to judge, but every request failed
+    rebuilt = aggregate(1, [{**ok, "failed": 2, "p99_ttft_ms": 10.0}], slo, 99.0)["slo"]  # from a saved file
+    assert rebuilt["verdict"] == "fail"
+
+
+def test_a_point_failing_past_max_error_rate_stops_the_sweep_and_keeps_it(start_server, tmp_path):
+    server = start_server(*KNEE_SERVER, "--faults", "ok,http_500")  # every second request fails
+    out = tmp_path / "failing.json"
+    done = _loadgen("sweep", "--base-url", server.base_url, "--concurrency", "1,2,4", "--slo", "ttft=500",
+                    "--max-error-rate", "0.25", *SMALL, "--output", str(out))
+    data = json.loads(out.read_text())
+    assert done.returncode == 4 and "stopped at concurrency=1" in done.stderr, done.stderr
+    assert data["stopped"] == {"value": 1, "reason": data["stopped"]["reason"], "not_run": [2, 4]}
+    assert "8 of 16 requests failed (above --max-error-rate 0.25" in data["stopped"]["reason"]
+    [point] = data["points"]
+    assert point["failed_requests"] == 8 and point["slo"]["verdict"] == "fail"
+    assert data["answer"]["bracket"] == [None, 1] and "8 failed requests" in data["answer"]["text"]
+
+
+@pytest.mark.parametrize("with_model", [False, True], ids=["model-listed", "model-given"])
+def test_a_server_killed_mid_sweep_keeps_the_finished_point_and_exits_4(tmp_path, with_model):
+    proc, url = spawn(*KNEE_SERVER)
+    out = tmp_path / "killed.json"
+    flags = ["sweep", "--base-url", url, "--concurrency", "1,2,4,8", "--slo", "ttft=500", "--num-prompts", "8",
+             "--random-input-len", "32", "--random-output-len", "10", "--no-server-metrics", "--no-server-tokenize",
+             "--output", str(out), *(["--model", "scripted-model"] if with_model else [])]
+    sweep = subprocess.Popen([sys.executable, "-m", "loadgen", *flags], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for line in sweep.stderr:
+            if "concurrency=1 repeat 1/1" in line:  # the first point finished: kill the server now
+                break
+        proc.kill()
+        proc.wait(timeout=10)
+        err = sweep.stderr.read()
+        rc = sweep.wait(timeout=240)
+    finally:
+        for p in (proc, sweep):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    assert rc == 4 and "stopped at concurrency=" in err, err
+    data = json.loads(out.read_text())
+    first = data["points"][0]
+    assert first["value"] == 1 and first["runs"][0]["completed"] == 8 and first["slo"]["verdict"] == "pass"
+    reason = data["stopped"]["reason"]
+    # NOTE: the kill lands after the first point; the second either cannot list models (no --model)
+    # or, with --model (or if its set-up won the race), sends requests that fail.
+    allowed = ("requests failed",) if with_model else ("cannot list models", "requests failed")
+    assert any(why in reason for why in allowed), reason
+    assert data["stopped"]["not_run"] and 8 in data["stopped"]["not_run"]
+    assert all(p["slo"]["verdict"] == "fail" for p in data["points"] if p["failed_requests"]), data["points"]
+
+
 def test_bisection_steps():
     assert next_probe(4, 8, integer=True, rel_tol=0.05) == 6
     assert next_probe(6, 7, integer=True, rel_tol=0.05) is None
