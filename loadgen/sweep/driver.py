@@ -249,8 +249,8 @@ def _broken(cfg: RunConfig, summary: dict) -> str | None:
     if summary.get("workers_lost"):
         return f"{summary['workers_lost']} worker process(es) died without a result"
     if cfg.too_many_failed(summary["failed"], total):
-        limit = "every request" if cfg.max_error_rate is None else f"above --max-error-rate {cfg.max_error_rate:g}"
-        return f"{summary['failed']} of {total} requests failed ({limit}; is the server up?)"
+        limit = "is the server up?" if cfg.max_error_rate is None else f"above --max-error-rate {cfg.max_error_rate:g}"
+        return f"{summary['failed']} of {total} requests failed ({limit})"
     return None
 
 
