@@ -218,27 +218,21 @@ class _Worker:
         try:
             for turn, user in enumerate(plan.user_turns):
                 context_bytes += len(user.encode())
-                if turn:
-                    intended_ns = end_ns + int(plan.think_time_s * 1e9)
-                rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=intended_ns,
-                                    start_ns=0, end_ns=0, input_len=plan.input_len(turn),
-                                    is_exact_input_len=item.is_exact_input_len and turn == 0,
-                                    output_len_asked=plan.output_lens[turn], session=item.index, turn=turn)
-                raw = RawResponse(rec, is_stream=self.cfg.stream)
                 if turn and context_bytes > plan.max_context_bytes:
-                    rec.intended_ns = rec.start_ns = rec.end_ns = now_ns()
-                    rec.error_class = "context_too_large"
-                    rec.error_message = (f"turn not sent: the conversation would be {context_bytes} bytes, past "
-                                         f"--multi-turn-max-context-bytes {plan.max_context_bytes}")
-                    self._count(raw)
-                    self.records.append(rec)
+                    self._refuse_turn(item, turn, context_bytes)
                     break
                 if turn:
+                    intended_ns = end_ns + int(plan.think_time_s * 1e9)
                     await _sleep_until(intended_ns)
                     body = turn_body(self.cfg, item.body, history, user, plan.output_lens[turn])
                     request = self.client.prepare(body, plan.first_index + turn)
                 else:
                     request = self.requests[item.index]
+                rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=intended_ns,
+                                    start_ns=0, end_ns=0, input_len=plan.input_len(turn),
+                                    is_exact_input_len=item.is_exact_input_len and turn == 0,
+                                    output_len_asked=plan.output_lens[turn], session=item.index, turn=turn)
+                raw = RawResponse(rec, is_stream=self.cfg.stream)
                 await self.client.send(request, raw)
                 self._count(raw)
                 rec, answer = finish_with_answer(raw)
@@ -253,6 +247,17 @@ class _Worker:
             self.in_flight -= 1
             if sem is not None:
                 sem.release()
+
+    def _refuse_turn(self, item: WorkItem, turn: int, context_bytes: int) -> None:
+        """A failed record for a session's turn not sent: its conversation passed the bound."""
+        plan, now = item.session, now_ns()
+        rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=now, start_ns=now,
+                            end_ns=now, input_len=plan.input_len(turn), output_len_asked=plan.output_lens[turn],
+                            session=item.index, turn=turn, error_class="context_too_large",
+                            error_message=f"turn not sent: the conversation would be {context_bytes} bytes, past "
+                            f"--multi-turn-max-context-bytes {plan.max_context_bytes}")
+        self._count(RawResponse(rec))
+        self.records.append(rec)
 
     def _count(self, raw: RawResponse) -> None:
         """The live counters for one finished request (before its chunks are parsed)."""
