@@ -65,7 +65,7 @@ class _TimeOrder:
 
     def check(self, ts, where: str) -> float:
         """`ts` when it is a finite number >= 0, not before the previous line's and within the span."""
-        if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts) or ts < 0:
+        if not isinstance(ts, int | float) or isinstance(ts, bool) or not _is_finite(ts) or ts < 0:
             raise ValueError(f"{where}: 'timestamp' must be a finite number >= 0, got {ts!r}")
         if self.prev is not None and ts < self.prev:
             raise ValueError(f"{where}: timestamp {ts} is before the previous request's {self.prev} "
@@ -76,6 +76,13 @@ class _TimeOrder:
                              f"first request's; a trace spans at most MAX_TRACE_SPAN_S = {MAX_TRACE_SPAN_S:g} s")
         self.prev = ts
         return ts
+
+
+def _is_finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past the float range
+        return False
 
 
 def read_trace(path: str, num: int | None, bound: tuple[int, str] = (MAX_TRACE_LEN, "MAX_TRACE_LEN")) -> list[dict]:
@@ -102,8 +109,8 @@ def read_trace(path: str, num: int | None, bound: tuple[int, str] = (MAX_TRACE_L
 def _check_row(line: str, where: str, bound: tuple[int, str]) -> dict:
     try:
         row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # NOTE: also a number past int's digit limit, deep nesting
+        raise ValueError(f"{where} is not JSON that loadgen reads: {type(exc).__name__}: {exc}") from None
     if not isinstance(row, dict):
         raise ValueError(f"{where} is not a JSON object")
     for name in ("input_length", "output_length"):

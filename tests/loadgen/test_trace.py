@@ -109,7 +109,10 @@ def test_hash_ids_map_to_shared_blocks_and_num_prompts_takes_the_first_lines(tmp
     ('{"timestamp": 1e300, "input_length": 9, "output_length": 3}', "MAX_TRACE_SPAN_S"),
     ('{"timestamp": 5, "input_length": 1000000000, "output_length": 3}', "MAX_TRACE_LEN"),
     ('{"timestamp": 5, "input_length": 9, "output_length": 1000000000}', "'output_length' 1000000000 is above"),
-])
+    ('{"timestamp": 1' + "0" * 400 + ', "input_length": 9, "output_length": 3}', "finite"),
+    ('{"timestamp": 5, "input_length": 1' + "0" * 5000 + ', "output_length": 3}', "digit"),
+    ("[" * 100_000 + "]" * 100_000, "RecursionError"),
+], ids=lambda text: text[:48])
 def test_a_malformed_line_is_a_setup_error_naming_it(tmp_path, line, says):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 9, "output_length": 3, "hash_ids": [1]}\n' + line + "\n")
@@ -204,7 +207,8 @@ BURST_HEAD = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Ty
     ("1,GPT-4,12,1000000000,42,API log", "'Response tokens' 1000000000 is above"),
     ("0.5,GPT-4,12,30,42,API log", "before the previous request's"),
     ("1e300,GPT-4,12,30,42,API log", "MAX_TRACE_SPAN_S"),
-])
+    ("1,GPT-4," + "9" * 200_000 + ",30,42,API log", "is not CSV"),  # past the csv module's field limit
+], ids=lambda text: text[:48])
 def test_a_bad_burstgpt_row_is_a_setup_error_naming_its_line(tmp_path, row, says):
     path = tmp_path / "burst.csv"
     path.write_text(BURST_HEAD + "1,GPT-4,12,30,42,API log\n" + row + "\n")
