@@ -11,9 +11,12 @@ import sys
 import pytest
 from rich.console import Console
 
-from loadgen.plan.config import SLO
+from loadgen.plan.config import SLO, RunConfig
+from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.sweep_tables import compare_sweeps
+from loadgen.run.runner import run
 from loadgen.selftest.testserver import spawn
+from loadgen.sweep.driver import SweepSpec, exit_code, run_sweep
 from loadgen.sweep.search import aggregate, bracket, next_probe, oversaturated, quantile_interval
 from loadgen.sweep.stats import interval, significant, t975
 
@@ -234,6 +237,24 @@ def test_a_server_killed_mid_sweep_keeps_the_finished_point_and_exits_4(tmp_path
     assert any(why in reason for why in allowed), reason
     assert data["stopped"]["not_run"] and 8 in data["stopped"]["not_run"]
     assert all(p["slo"]["verdict"] == "fail" for p in data["points"] if p["failed_requests"]), data["points"]
+
+
+def test_ctrl_c_while_a_run_is_set_up_keeps_the_finished_points(start_server):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "4")
+    calls = []
+
+    def runner(cfg, dcfg):
+        calls.append(cfg.concurrency)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as Ctrl-C lands while the second point lists models or forks
+        return run(cfg, dcfg)
+
+    cfg = RunConfig(base_url=server.base_url, concurrency=1, num_prompts=4, server_metrics=False)
+    dcfg = DatasetConfig(random_input_len=8, random_output_len=4, use_server_tokenize=False)
+    data = run_sweep(SweepSpec("concurrency", (1, 2, 4), slo=SLO(ttft_ms=500.0)), cfg, dcfg, log=lambda _: None,
+                     runner=runner)
+    assert calls == [1, 2] and data["interrupted"] and exit_code(data) == 130
+    assert [p["value"] for p in data["points"]] == [1] and data["points"][0]["runs"][0]["completed"] == 4
 
 
 def test_bisection_steps():
