@@ -107,15 +107,28 @@ def percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
+def _slo_of(bounds: list[tuple[str, float]]) -> SLO:
+    """The SLO of (field, bound) pairs; ValueError when a field is bounded twice."""
+    fields: dict[str, float] = {}
+    for name, bound in bounds:
+        if name in fields:
+            raise ValueError(f"{name.removesuffix('_ms')} is bounded twice ({fields[name]:g} and {bound:g})")
+        fields[name] = bound
+    return SLO(**fields)
+
+
 def slo(text: str) -> SLO:
-    """`ttft=MS,tpot=MS,e2e=MS` (any subset), each bound > 0."""
-    parts = {}
+    """`ttft=MS,tpot=MS,e2e=MS` (any subset, each key once), each bound > 0."""
+    bounds = []
     for item in text.split(","):
         key, sep, value = item.partition("=")
         if not sep or key.strip() not in ("ttft", "tpot", "e2e"):
             raise argparse.ArgumentTypeError(f"{item!r}: expected ttft=MS, tpot=MS or e2e=MS")
-        parts[f"{key.strip()}_ms"] = positive_float()(value)
-    return SLO(**parts)
+        bounds.append((f"{key.strip()}_ms", positive_float()(value)))
+    try:
+        return _slo_of(bounds)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def goodput_item(text: str) -> tuple[str, float]:
@@ -125,6 +138,19 @@ def goodput_item(text: str) -> tuple[str, float]:
     if not sep or key.strip() not in names:
         raise argparse.ArgumentTypeError(f"{text!r}: expected ttft:MS, tpot:MS or e2el:MS")
     return names[key.strip()], positive_float()(value)
+
+
+def run_slo(slo_flag: SLO, goodput_items: list[tuple[str, float]] | None) -> SLO:
+    """The run's SLO: `--slo`, or vLLM's `--goodput` items (each key once); ValueError when a key
+    repeats or both flags are given."""
+    if goodput_items is None:
+        return slo_flag
+    if slo_flag.is_set:
+        raise ValueError("give --slo or --goodput, not both (they set the same bounds)")
+    try:
+        return _slo_of(goodput_items)
+    except ValueError as exc:
+        raise ValueError(f"--goodput: {exc}") from None
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -45,7 +45,7 @@ from loadgen.report.results import (
 )
 from loadgen.report.sweep_tables import print_sweep_table
 from loadgen.run.runner import SetupError, run, wait_ready
-from loadgen.sweep.driver import SweepSpec, run_sweep
+from loadgen.sweep.driver import EXIT_STOPPED, SweepSpec, exit_code, run_sweep
 
 _RC, _DC = RunConfig(concurrency=1, num_prompts=1), DatasetConfig()
 # Defaults that differ between the two upstream tools (--flags-from picks the set).
@@ -166,6 +166,9 @@ def _add_workload_flags(p: argparse.ArgumentParser) -> None:
       help="multi-turn: turns per session (default 3; with --dataset-path: at most this many human turns)")
     a("--multi-turn-user-len", type=at.int_at_least(1), default=_DC.multi_turn_user_len,
       help="multi-turn: tokens per synthetic user turn")
+    a("--multi-turn-max-context-bytes", type=at.int_at_least(1), default=_DC.multi_turn_max_context_bytes,
+      metavar="N", help="multi-turn: a session ends before a turn whose conversation (user turns and "
+      "answers, UTF-8) would pass N bytes, recorded as failed (context_too_large; default 8 MiB)")
     think = g.add_mutually_exclusive_group()
     think.add_argument("--multi-turn-think-time", type=at.nonneg_float, default=None, metavar="S",
                        help="multi-turn: seconds between a turn's answer and the next turn (default 0)")
@@ -266,7 +269,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         stamps=args.stamps,
         max_response_bytes=args.max_response_bytes,
         max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
-        seed=seed, percentiles=args.percentiles, slo=SLO(**dict(args.goodput)) if args.goodput else args.slo,
+        seed=seed, percentiles=args.percentiles, slo=at.run_slo(args.slo, args.goodput),
         strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
         request_id_prefix=args.request_id_prefix, server_timing=not args.no_server_timing, insecure=args.insecure, ca_cert=args.ca_cert,
         ramp_up_s=args.ramp_up, ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
@@ -288,7 +291,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         custom_output_len=None if args.custom_output_len == -1 else args.custom_output_len,
         disable_shuffle=args.disable_shuffle, block_size=args.block_size, trace_timestamps=replay,
         multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
-        multi_turn_think_time_s=_think_time_s(args),
+        multi_turn_think_time_s=_think_time_s(args), multi_turn_max_context_bytes=args.multi_turn_max_context_bytes,
     )
     return cfg, dcfg
 
@@ -347,18 +350,23 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def memory_note(cfg: RunConfig, available: int | None) -> str | None:
-    """A warning when the streams in flight could hold more than the memory available."""
+def memory_note(cfg: RunConfig, dcfg: DatasetConfig, available: int | None) -> str | None:
+    """A warning when the streams in flight could hold more than the memory available (a multi-turn
+    session also holds its conversation twice: the history and the request carrying it)."""
     per_stream = cfg.max_response_bytes + cfg.max_response_header_bytes
+    session = dcfg.name == "multi-turn"
+    if session:
+        per_stream += 2 * dcfg.multi_turn_max_context_bytes
     if cfg.concurrency is None:
         return None  # NOTE: rate mode alone does not bound the requests in flight (said in --help)
     bound = cfg.concurrency * per_stream
     if available is None or bound <= available:
         return None
+    context = " + 2 x --multi-turn-max-context-bytes" if session else ""
     return (f"loadgen: warning: --concurrency {cfg.concurrency} x --max-response-bytes "
-            f"{cfg.max_response_bytes} (+ headers) = {bound / 2**30:,.1f} GiB may be held at once, more than "
-            f"the {available / 2**30:,.1f} GiB available; a server sending endless bodies could exhaust "
-            "memory (lower --max-response-bytes)")
+            f"{cfg.max_response_bytes} (+ headers{context}) = {bound / 2**30:,.1f} GiB may be held at once, "
+            f"more than the {available / 2**30:,.1f} GiB available; a server sending endless bodies could "
+            f"exhaust memory (lower --max-response-bytes{' or the context bound' if session else ''})")
 
 
 def _exit_code(cfg: RunConfig, result) -> int:
@@ -368,9 +376,7 @@ def _exit_code(cfg: RunConfig, result) -> int:
         return 130
     if result.workers_lost:
         return 5
-    too_many = total > 0 and (s["failed"] == total if cfg.max_error_rate is None
-                              else s["failed"] / total > cfg.max_error_rate)
-    if too_many:
+    if cfg.too_many_failed(s["failed"], total):
         limit = "every request failed" if cfg.max_error_rate is None else f"above --max-error-rate {cfg.max_error_rate:g}"
         print(f"loadgen: {s['failed']} of {total} requests failed ({limit})", file=sys.stderr)
         return 4
@@ -387,7 +393,7 @@ def _run(argv: list[str]) -> int:
     ray_cfg = ray_config(args, parser)
     if (note := convention_note(dcfg)) is not None and not args.quiet:
         print(note, file=sys.stderr)
-    if (note := memory_note(cfg, available_memory_bytes())) is not None:
+    if (note := memory_note(cfg, dcfg, available_memory_bytes())) is not None:
         print(note, file=sys.stderr)
     if args.ready_check_timeout_sec:
         wait_ready(cfg, args.ready_check_timeout_sec)
@@ -475,7 +481,11 @@ def build_sweep_parser() -> argparse.ArgumentParser:
         usage="%(prog)s (--concurrency LIST | --request-rate LIST) [sweep flags] [run flags]",
         description="Full runs at each listed concurrency or request rate, repeated; stops early on "
         "over-saturation; with --slo, bisects for the highest value meeting it. Every other flag is a "
-        "run flag, as in `loadgen --help`; --output writes the sweep JSON.")
+        "run flag, as in `loadgen --help`; --output writes the sweep JSON.",
+        epilog="exit codes: 0 done; 1 the first run could not start (nothing measured, no JSON); 2 bad "
+        f"flags; {EXIT_STOPPED} stopped before its end: a run could not start, failed past --max-error-rate "
+        "(default: every request failed) or lost a worker (the finished points are written; the JSON's "
+        "`stopped` says where and why); 130 interrupted (the finished points are written).")
     a = p.add_argument
     a("--concurrency", "--max-concurrency", type=at.value_list(int), default=None, metavar="LIST",
       help="concurrencies to run, e.g. 1,8,64")
@@ -532,7 +542,10 @@ def _sweep(argv: list[str]) -> int:
         print_sweep_table(data)
     if args.output:
         write_json(args.output, data)
-    return 130 if data["interrupted"] else 0
+    if (stop := data["stopped"]) is not None:
+        print(f"loadgen sweep: stopped at {data['variable']}={stop['value']:g}: {stop['reason']}; "
+              f"{len(data['points'])} finished point(s) kept; not run: {stop['not_run']}", file=sys.stderr)
+    return exit_code(data)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,6 +186,12 @@ class RunConfig:
             return self.endpoint_path
         return "/v1/chat/completions" if self.backend == "openai-chat" else "/v1/completions"
 
+    def too_many_failed(self, failed: int, total: int) -> bool:
+        """Whether `failed` of `total` requests pass --max-error-rate (default: every one failed)."""
+        if total <= 0:
+            return False
+        return failed == total if self.max_error_rate is None else failed / total > self.max_error_rate
+
     def worker_concurrency(self, worker: int) -> int | None:
         """This worker's share of the concurrency limit (shares differ by at most one)."""
         if self.concurrency is None:

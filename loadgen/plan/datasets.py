@@ -1,5 +1,5 @@
 """Prompt datasets: random text, random token ids, ShareGPT JSON, shared-prefix groups, custom JSONL
-and BurstGPT CSV files. Seeded.
+files; the trace datasets (mooncake, BurstGPT) are read in loadgen/plan/traces.py. Seeded.
 
 Random lengths follow one of two conventions (`--flags-from`), because the two upstream tools give
 `--random-range-ratio` different meanings: SGLang's bench_serving draws uniform integers in
@@ -14,7 +14,6 @@ give the real count.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import random
@@ -25,7 +24,6 @@ from loadgen.plan.lengths import FileTokenizer, fit_to_len, tokenizer_file
 
 SERVER_FIT_THREADS = 8
 CONVENTIONS = ("sglang", "vllm")
-BURSTGPT_MODEL = "GPT-4"
 _WORDS = (
     "the of and to in is was for on that with as by at from his it an were are which this be "
     "have had one not but all new first two may been time would after can more other when city "
@@ -70,6 +68,8 @@ class DatasetConfig:
     multi_turn_num_turns: int | None = None  # None: 3 synthetic turns, every human turn of a file
     multi_turn_user_len: int = 128
     multi_turn_think_time_s: float = 0.0
+    #: A session's conversation (user turns and answers, UTF-8 bytes) past which no turn is sent.
+    multi_turn_max_context_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -88,8 +88,8 @@ class DatasetConfig:
         turns_bad = self.multi_turn_num_turns is not None and self.multi_turn_num_turns < 1
         if self.block_size < 1 or turns_bad or self.multi_turn_user_len < 1:
             raise ValueError("block_size, multi_turn_num_turns and multi_turn_user_len must be >= 1")
-        if self.multi_turn_think_time_s < 0:
-            raise ValueError("multi_turn_think_time_s must be >= 0")
+        if self.multi_turn_think_time_s < 0 or self.multi_turn_max_context_bytes < 1:
+            raise ValueError("multi_turn_think_time_s must be >= 0 and multi_turn_max_context_bytes >= 1")
 
 
 def length_range(length: int, ratio: float, convention: str = "sglang") -> tuple[int, int]:
@@ -132,13 +132,11 @@ def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
         return _shared_prefix(cfg, rng, tokenizer)
     if cfg.name == "custom":
         return _custom(cfg, rng, tokenizer)
-    if cfg.name == "burstgpt":
-        return _burstgpt(cfg, rng, tokenizer)
-    if cfg.name == "mooncake":
+    if cfg.name in ("burstgpt", "mooncake"):
         # NOTE: imported here: traces.py uses this module's helpers.
-        from loadgen.plan.traces import mooncake_prompts
+        from loadgen.plan.traces import burstgpt_prompts, mooncake_prompts
 
-        return mooncake_prompts(cfg, tokenizer)
+        return (burstgpt_prompts if cfg.name == "burstgpt" else mooncake_prompts)(cfg, tokenizer)
     raise ValueError(f"unknown dataset {cfg.name!r}")
 
 
@@ -257,28 +255,3 @@ def _custom(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
     if not prompts:
         raise ValueError(f"no prompts in {cfg.dataset_path}")
     return prompts
-
-
-def _burstgpt(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
-    """BurstGPT's CSV as vLLM reads it: GPT-4 rows with a response, their request/response token counts.
-
-    With `trace_timestamps` (replay, as AIPerf) the first rows in time order, each with its
-    `Timestamp` (seconds) relative to the first; else rows sampled as vLLM samples them."""
-    with open(cfg.dataset_path, encoding="utf-8", newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r.get("Model") == BURSTGPT_MODEL and int(float(r.get("Response tokens") or 0)) > 0]
-    if not rows:
-        raise ValueError(f"no {BURSTGPT_MODEL} rows with response tokens in {cfg.dataset_path}")
-    n = cfg.num_prompts or len(rows)
-    if cfg.trace_timestamps:
-        picked = sorted(rows, key=lambda r: float(r["Timestamp"]))[:n]
-        first = float(picked[0]["Timestamp"])
-        arrivals = [float(r["Timestamp"]) - first for r in picked]
-    else:
-        # NOTE: as vLLM: without replacement when the file has enough rows, with replacement otherwise.
-        picked = rng.sample(rows, n) if n <= len(rows) else [rows[rng.randrange(len(rows))] for _ in range(n)]
-        arrivals = [None] * len(picked)
-    ins = [max(int(float(r["Request tokens"])), 1) for r in picked]
-    texts = _texts_of_len(rng, ins, tokenizer)
-    return [Prompt(text, n, int(float(r["Response tokens"])), exact, at)
-            for (text, n, exact), r, at in zip(texts, picked, arrivals, strict=True)]

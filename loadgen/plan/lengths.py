@@ -93,12 +93,17 @@ class ServerTokenizer:
     def __init__(self, base_url: str, headers: dict, timeout_s: float, verify=True) -> None:
         self.client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, verify=verify)
         self.extra: dict = {"add_special_tokens": False}
+        self.max_model_len: int | None = None  # the model's context, as the probe's answer gave it
+
+    def tokenize(self, text: str) -> dict:
+        """The server's whole /tokenize answer for `text`."""
+        r = self.client.post("/tokenize", json={"prompt": text, **self.extra})
+        r.raise_for_status()
+        return r.json()
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` as the server counts them (without special tokens where it can)."""
-        r = self.client.post("/tokenize", json={"prompt": text, **self.extra})
-        r.raise_for_status()
-        return r.json()["tokens"]
+        return self.tokenize(text)["tokens"]
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids` as the server decodes them."""
@@ -116,14 +121,18 @@ def probe_server(base_url: str, headers: dict, timeout_s: float, verify=True) ->
     tok = ServerTokenizer(base_url, headers, timeout_s, verify)
     try:
         try:
-            ids = tok.encode("hello world")
+            answer = tok.tokenize("hello world")
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code not in (400, 422):
                 raise
             tok.extra = {}  # a server that rejects vLLM's add_special_tokens field
-            ids = tok.encode("hello world")
+            answer = tok.tokenize("hello world")
+        ids = answer["tokens"]
         if not isinstance(ids, list) or not isinstance(tok.decode(ids), str):
             raise ValueError("unexpected response shape")
+        context = answer.get("max_model_len")
+        if isinstance(context, int) and not isinstance(context, bool) and context > 0:
+            tok.max_model_len = context
     except httpx.HTTPStatusError as exc:
         tok.close()
         return None, f"HTTP {exc.response.status_code} from {exc.request.url.path}"

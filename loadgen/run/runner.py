@@ -200,7 +200,8 @@ def _session_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -
     measured = sessions[:cfg.num_prompts]
     offsets, items, first = _offsets(cfg, len(measured)), [], 0
     for i, (s, offset) in enumerate(zip(measured, offsets, strict=True)):
-        plan = SessionPlan(s.user_turns, s.user_lens, s.output_lens, dcfg.multi_turn_think_time_s, first)
+        plan = SessionPlan(s.user_turns, s.user_lens, s.output_lens, dcfg.multi_turn_think_time_s, first,
+                           dcfg.multi_turn_max_context_bytes)
         first += len(s.user_turns)
         body = request_body(cfg, model, Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True))
         items.append(WorkItem(i, body, s.user_lens[0], s.is_exact_input_len, s.output_lens[0], offset, plan))

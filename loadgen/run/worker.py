@@ -54,13 +54,15 @@ _FIRST_CONTENT = re.compile(rb'"(?:content|text)":"[^"]')
 @dataclass(frozen=True)
 class SessionPlan:
     """A multi-turn session's later turns: the user texts (the first is in the item's body), their
-    lengths, the output length per turn, the think time, and the first turn's request index."""
+    lengths, the output length per turn, the think time, the first turn's request index, and the
+    bound on the conversation a turn may carry (user turns and answers, UTF-8 bytes)."""
 
     user_turns: tuple[str, ...]
     user_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
     think_time_s: float
     first_index: int
+    max_context_bytes: int
 
     def input_len(self, turn: int) -> int:
         """Nominal input length of a turn: the user turns so far plus the output lengths asked."""
@@ -227,16 +229,21 @@ class _Worker:
     async def _session(self, item: WorkItem, intended_ns: int, sem) -> None:
         """A multi-turn session, holding its concurrency slot for all its turns. Each turn's answer is
         parsed as soon as it ends (only in this mode), and the next turn sent `think_time_s` later
-        with the conversation so far; a failed turn ends the session."""
+        with the conversation so far; a failed turn ends the session, and so does a turn whose
+        conversation would pass `max_context_bytes` (a failed record, not sent: context_too_large)."""
         plan = item.session
         history: list[tuple[str, str]] = []
-        end_ns = 0
+        end_ns = context_bytes = 0
         self.counters[self.base + LiveCount.IN_FLIGHT] += 1
         self.in_flight += 1
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
             self.full_at_s = (now_ns() - self.t0) / 1e9
         try:
             for turn, user in enumerate(plan.user_turns):
+                context_bytes += len(user.encode())
+                if turn and context_bytes > plan.max_context_bytes:
+                    self._refuse_turn(item, turn, context_bytes)
+                    break
                 if turn:
                     intended_ns = end_ns + int(plan.think_time_s * 1e9)
                     await _sleep_until(intended_ns)
@@ -256,12 +263,24 @@ class _Worker:
                 if answer is None:
                     break
                 history.append((user, answer))
+                context_bytes += len(answer.encode())
                 end_ns = rec.end_ns
         finally:
             self.counters[self.base + LiveCount.IN_FLIGHT] -= 1
             self.in_flight -= 1
             if sem is not None:
                 sem.release()
+
+    def _refuse_turn(self, item: WorkItem, turn: int, context_bytes: int) -> None:
+        """A failed record for a session's turn not sent: its conversation passed the bound."""
+        plan, now = item.session, now_ns()
+        rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=now, start_ns=now,
+                            end_ns=now, input_len=plan.input_len(turn), output_len_asked=plan.output_lens[turn],
+                            session=item.index, turn=turn, error_class="context_too_large",
+                            error_message=f"turn not sent: the conversation would be {context_bytes} bytes, past "
+                            f"--multi-turn-max-context-bytes {plan.max_context_bytes}")
+        self._count(RawResponse(rec))
+        self.records.append(rec)
 
     def _count(self, raw: RawResponse) -> None:
         """The live counters for one finished request (before its chunks are parsed)."""

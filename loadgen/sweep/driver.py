@@ -1,5 +1,9 @@
 """Runs a sweep: each point is a full in-process run (`run/runner.run`), repeated; then early stop
-and the SLO bracket search; returns the sweep JSON (`kind: "sweep"`)."""
+and the SLO bracket search; returns the sweep JSON (`kind: "sweep"`).
+
+A sweep stops before its end when a run could not start (the server went away), failed past
+--max-error-rate (default: every request failed) or lost a worker: the points that finished are
+kept, the JSON's `stopped` says where and why, and `exit_code` says the sweep did not finish."""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from loadgen.measure.metrics import latencies
 from loadgen.plan.config import SLO, RunConfig, auto_workers
 from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.results import _jsonable, result_dict
-from loadgen.run.runner import run
+from loadgen.run.runner import SetupError, run
 from loadgen.sweep.search import (
+    COUNTED_FAILURES,
     SATURATION_RULE,
     SLO_RULE,
     aggregate,
@@ -34,6 +39,9 @@ SEARCH_RULE = ("bisection between the highest passing and the lowest failing poi
 POOLED = ("ttft", "tpot", "e2e_latency")
 SIGNIFICANCE_RULE = ("compare: a difference is significant when the two points' 95% Student-t intervals "
                      "over repeats do not overlap (needs >= 2 repeats on both sides)")
+#: `loadgen sweep`'s exit status when it stopped before its end (`stopped` in the JSON); 130 when
+#: interrupted, 0 when it ran to its end.
+EXIT_STOPPED = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,17 +98,28 @@ class Sweep:
         self.runner = runner
         self.points: list[dict] = []
         self.interrupted = False
+        self.stopped: dict | None = None  # {value, reason, not_run}: why the sweep ended early
         self.early_stop: dict = {"enabled": spec.early_stop, "rule": SATURATION_RULE, "stopped_at": None,
                                  "reason": None, "not_run": []}
         self.search: dict = {"rule": SEARCH_RULE, "steps_used": 0, "max_steps": spec.search_steps,
                              "stopped_because": None}
 
-    def run_point(self, value: float, phase: str) -> dict:
-        """`repeats` full runs at `value`, aggregated; each repeat's whole results JSON is kept."""
+    def run_point(self, value: float, phase: str) -> dict | None:
+        """`repeats` full runs at `value`, aggregated; each repeat's whole results JSON is kept. None when
+        no run finished (the sweep stopped or was interrupted before)."""
         cfg, dcfg = point_configs(self.spec, self.cfg, self.dcfg, value)
         runs, pooled = [], {name: [] for name in POOLED}
         for i in range(self.spec.repeats):
-            result = self.runner(cfg, dcfg)
+            try:
+                result = self.runner(cfg, dcfg)
+            except SetupError as exc:
+                if not self.points and not runs:
+                    raise  # NOTE: nothing measured yet: the sweep could not start
+                self._stop(value, f"a run could not start: {exc}")
+                break
+            except KeyboardInterrupt:
+                self.interrupted = True  # NOTE: Ctrl-C while a run was being set up
+                break
             data = result_dict(result, {**vars(dcfg), **result.dataset_info}, label=self.label)
             runs.append(data)
             lat = latencies(cfg, [r for r in result.records if r.ok])
@@ -113,17 +132,32 @@ class Sweep:
             if result.interrupted:
                 self.interrupted = True
                 break
+            if (why := _broken(cfg, result.summary)) is not None:
+                self._stop(value, why)
+                break
+        if not runs:
+            return None
         point = aggregate(value, runs, self.spec.slo, self.spec.slo_percentile, phase, pooled)
         point["runs"] = runs
         self.points.append(point)
         return point
+
+    def _stop(self, value: float, reason: str) -> None:
+        done = {point["value"] for point in self.points}
+        self.stopped = {"value": value, "reason": reason,
+                        "not_run": [v for v in self.spec.values if v > value and v not in done]}
+
+    @property
+    def is_over(self) -> bool:
+        """Interrupted, or stopped before its end."""
+        return self.interrupted or self.stopped is not None
 
     def run_listed(self) -> None:
         """The listed values in order, stopping early at an over-saturated point (unless disabled)."""
         prev = None
         for i, value in enumerate(self.spec.values):
             point = self.run_point(value, "sweep")
-            if self.interrupted:
+            if self.is_over:
                 return
             if prev is not None:
                 point["saturation"] = oversaturated(prev, point)
@@ -136,7 +170,7 @@ class Sweep:
 
     def run_search(self) -> None:
         """Bisect between the highest passing and the lowest failing point (SEARCH_RULE)."""
-        while self.search["steps_used"] < self.spec.search_steps and not self.interrupted:
+        while self.search["steps_used"] < self.spec.search_steps and not self.is_over:
             b = bracket(self.points)
             if b["unknown"]:
                 self.search["stopped_because"] = f"client-bound point(s) {b['unknown']} inside the bracket"
@@ -154,7 +188,8 @@ class Sweep:
             self.search["steps_used"] += 1
             self.run_point(probe, "search")
         if self.search["stopped_because"] is None:
-            self.search["stopped_because"] = "interrupted" if self.interrupted else "--search-steps reached"
+            self.search["stopped_because"] = ("interrupted" if self.interrupted else "the sweep stopped (see stopped)"
+                                              if self.stopped else "--search-steps reached")
 
     def answer(self) -> dict | None:
         """The SLO answer: bracket, percentile, what failed at the lowest failing point."""
@@ -168,9 +203,7 @@ class Sweep:
         text = (f"highest {self.spec.variable} meeting {bounds} (pooled over repeats, 95% interval): "
                 f"[{_fmt(b['highest_passing'])}, {_fmt(b['lowest_failing'])}]")
         if failed:
-            text += " (at " + _fmt(b["lowest_failing"]) + ": " + "; ".join(
-                f"{f['metric']} {f['value']:.1f} [{f['low']:.1f}, {f['high']:.1f}] > {f['bound']:g}"
-                for f in failed) + ")"
+            text += " (at " + _fmt(b["lowest_failing"]) + ": " + "; ".join(map(_failed_text, failed)) + ")"
         if b["marginal"]:
             text += f"; marginal (bound within the interval): {', '.join(map(_fmt, b['marginal']))}"
         if excluded:
@@ -188,7 +221,7 @@ class Sweep:
             "kind": "sweep", "variable": self.spec.variable, "values": list(self.spec.values),
             "repeats": self.spec.repeats, "label": self.label, "date": time.strftime("%Y%m%d-%H%M%S"),
             "loadgen_version": __version__, "base_url": self.cfg.base_url, "model_id": first.get("model_id"),
-            "interrupted": self.interrupted, "slo": _jsonable(self.spec.slo),
+            "interrupted": self.interrupted, "stopped": self.stopped, "slo": _jsonable(self.spec.slo),
             "slo_percentile": self.spec.slo_percentile,
             "rules": {"saturation": SATURATION_RULE, "slo": SLO_RULE, "search": SEARCH_RULE,
                       "interval": "mean ± t(0.975, n-1) · s / sqrt(n) over the repeats",
@@ -204,11 +237,35 @@ def _fmt(value) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def _failed_text(failed: dict) -> str:
+    if failed["metric"] in COUNTED_FAILURES:
+        return f"{failed['value']} {failed['metric'].replace('_', ' ')}"
+    return f"{failed['metric']} {failed['value']:.1f} [{failed['low']:.1f}, {failed['high']:.1f}] > {failed['bound']:g}"
+
+
+def _broken(cfg: RunConfig, summary: dict) -> str | None:
+    """Why a run ends the sweep: a lost worker, or failed requests past --max-error-rate."""
+    total = summary["completed"] + summary["failed"]
+    if summary.get("workers_lost"):
+        return f"{summary['workers_lost']} worker process(es) died without a result"
+    if cfg.too_many_failed(summary["failed"], total):
+        limit = "is the server up?" if cfg.max_error_rate is None else f"above --max-error-rate {cfg.max_error_rate:g}"
+        return f"{summary['failed']} of {total} requests failed ({limit})"
+    return None
+
+
+def exit_code(sweep: dict) -> int:
+    """`loadgen sweep`'s exit status: 130 interrupted, EXIT_STOPPED stopped before its end, else 0."""
+    if sweep["interrupted"]:
+        return 130
+    return EXIT_STOPPED if sweep["stopped"] else 0
+
+
 def run_sweep(spec: SweepSpec, cfg: RunConfig, dcfg: DatasetConfig, label: str | None = None,
               log: Callable[[str], None] | None = None, runner=run) -> dict:
     """The listed points (early stop), then the SLO search when an SLO is set; the sweep JSON."""
     sweep = Sweep(spec, cfg, dcfg, label, log, runner)
     sweep.run_listed()
-    if spec.slo.is_set and not sweep.interrupted:
+    if spec.slo.is_set and not sweep.is_over:
         sweep.run_search()
     return sweep.result()

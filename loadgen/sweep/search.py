@@ -36,7 +36,10 @@ SLO_RULE = ("each bounded latency (TTFT, TPOT, E2E) is pooled over the point's r
             "(normal approximation to the binomial ranks, clipped to the sample). The point passes when every "
             "interval's high end is <= its bound, fails when any interval's low end is > its bound, and is "
             "marginal otherwise (the bound lies within the sampling noise); a client-bound point (any "
-            "repeat) is unknown. Only passes and fails make the bracket")
+            "repeat) is unknown; a point with a failed request or a lost worker fails (a failed request met "
+            "no bound). Only passes and fails make the bracket")
+#: Counts that fail a point whatever its latencies (`slo.failed` entries with bound 0).
+COUNTED_FAILURES = ("failed_requests", "workers_lost")
 #: Two-sided 95%: the normal quantile of the rank interval.
 _Z975 = 1.959964
 
@@ -76,6 +79,7 @@ def aggregate(value: float, runs: list[dict], slo: SLO, percentile: float, phase
     bound = any(bool(run.get("client_bound")) for run in runs)
     point = {"value": value, "phase": phase, "repeats": len(runs), "client_bound": bound,
              "failed_requests": sum(int(run.get("failed") or 0) for run in runs),
+             "workers_lost": sum(int(run.get("workers_lost") or 0) for run in runs),
              "interrupted": any(bool(run.get("interrupted")) for run in runs), "metrics": metrics}
     if pooled is not None:
         point["pooled"] = {key: quantile_interval(pooled[name], percentile)
@@ -98,8 +102,9 @@ def _bound_stat(point: dict, key: str) -> dict | None:
 
 
 def slo_verdict(point: dict, slo: SLO, percentile: float) -> dict:
-    """`{verdict, passed, failed, marginal}` (SLO_RULE): verdict is pass, fail, marginal or unknown
-    (client-bound, or no request succeeded); passed is True, False or None for the last two."""
+    """`{verdict, passed, failed, marginal}` (SLO_RULE): verdict is pass, fail (also any failed request
+    or lost worker), marginal or unknown (client-bound, or no value to judge); passed is True, False
+    or None for the last two."""
     failed, marginal, missing = [], [], []
     for key, bound in slo_keys(slo, percentile):
         stat = _bound_stat(point, key)
@@ -114,6 +119,10 @@ def slo_verdict(point: dict, slo: SLO, percentile: float) -> dict:
     if point["client_bound"]:
         return {"verdict": "unknown", "passed": None, "why": "client-bound: not used", "failed": failed,
                 "marginal": marginal}
+    counted = [{"metric": name, "value": point[name], "low": point[name], "high": point[name], "bound": 0}
+               for name in COUNTED_FAILURES if point.get(name)]
+    if counted:
+        return {"verdict": "fail", "passed": False, "failed": counted + failed, "marginal": marginal}
     if missing:
         return {"verdict": "unknown", "passed": None, "why": f"no value for {', '.join(missing)}",
                 "failed": failed, "marginal": marginal}

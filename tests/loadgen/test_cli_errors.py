@@ -34,6 +34,8 @@ BAD_FLAGS = [
     ["--dataset", "random-ids"],
     ["--flags-from", "tgi"], ["--endpoint", "v1/chat"], ["--backend", "sglang"], ["--host", "127.0.0.1"],
     *[["--goodput", v] for v in ("ttft", "foo:1", "ttft:-1", "e2e:5")],
+    ["--slo", "ttft=1,ttft=2"], ["--slo", "tpot=5,e2e=9,tpot=5"], ["--goodput", "ttft:1", "ttft:2"],
+    ["--goodput", "e2el:1", "tpot:3", "e2el:1"], ["--slo", "ttft=1", "--goodput", "tpot:1"],
     ["--metadata", "novalue"], ["--custom-output-len", "0"], ["--custom-output-len", "-2"],
     ["--flags-from", "vllm", "--random-range-ratio", "1.0"], ["--ca-cert", "/nonexistent/ca.pem"],
     ["--temperature", "inf"], ["--top-k", "-2"], ["--logprobs", "-1"], ["--dataset", "custom"],

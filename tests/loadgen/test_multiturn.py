@@ -3,14 +3,19 @@ concurrency slot for all its turns, think time is kept, and the summary has a pe
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import multiprocessing
+import socket
 import subprocess
 import sys
 
 import httpx
+import pytest
 from rich.console import Console
 
+from loadgen.cli import memory_note
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.results import print_table
@@ -122,3 +127,75 @@ def test_multi_turn_with_duration_is_a_usage_error():
     done = subprocess.run([sys.executable, "-m", "loadgen", "--dataset", "multi-turn", "--duration", "5",
                            "--concurrency", "2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "counts sessions" in done.stderr
+
+
+def _serve_big_answers(sock: socket.socket, answer_bytes: int) -> None:
+    """Every chat completion gets a whole (not streamed) answer of `answer_bytes`; GET /stats gives
+    the largest request body received."""
+    largest = 0
+
+    async def handle(reader, writer) -> None:
+        nonlocal largest
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                size = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-length:")), 0)
+                largest = max(largest, len(await reader.readexactly(size)))
+                if head.startswith(b"GET /stats"):
+                    out = json.dumps({"largest_body": largest}).encode()
+                else:
+                    out = json.dumps({"choices": [{"index": 0, "finish_reason": "length", "message": {
+                        "role": "assistant", "content": "x" * answer_bytes}}]}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                             % len(out) + out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, sock=sock)
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def big_answer_server():
+    """A server in its own process on 127.0.0.1 answering 256 KiB per turn: its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    proc = multiprocessing.get_context("fork").Process(target=_serve_big_answers, args=(sock, 256 << 10), daemon=True)
+    proc.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        proc.terminate()
+        proc.join(10)
+        sock.close()
+
+
+def test_a_session_ends_before_its_conversation_passes_the_context_bound(big_answer_server):
+    bound = 1 << 20
+    dcfg = _dcfg(num_prompts=1, multi_turn_num_turns=40, multi_turn_think_time_s=0.0,
+                 multi_turn_max_context_bytes=bound)
+    result = run(RunConfig(base_url=big_answer_server, model="m", stream=False, concurrency=1, num_prompts=1,
+                           server_metrics=False), dcfg)
+    recs = sorted(result.records, key=lambda r: r.turn)
+    # 256 KiB answers: after four answers the conversation passes 1 MiB, so turn 5 is not sent
+    assert [r.ok for r in recs] == [True] * 4 + [False], [(r.turn, r.error_class) for r in recs]
+    assert recs[-1].error_class == "context_too_large" and f"{bound}" in recs[-1].error_message
+    assert result.summary["errors"]["context_too_large"]["count"] == 1
+    largest = httpx.get(big_answer_server + "/stats", timeout=10).json()["largest_body"]
+    assert 3 * (256 << 10) < largest < bound + 4096
+
+
+def test_the_memory_warning_counts_a_session_context_twice():
+    cfg = RunConfig(concurrency=100, num_prompts=1, max_response_bytes=1 << 20)
+    plain = DatasetConfig(name="random")
+    sessions = DatasetConfig(name="multi-turn", multi_turn_max_context_bytes=8 << 20)
+    available = 1 << 30  # 100 streams x 1 MiB fit; 100 sessions x (1 + 2 x 8) MiB do not
+    assert memory_note(cfg, plain, available) is None
+    note = memory_note(cfg, sessions, available)
+    assert note is not None and "--multi-turn-max-context-bytes" in note and "1.7 GiB" in note

@@ -11,9 +11,12 @@ import sys
 import pytest
 from rich.console import Console
 
-from loadgen.plan.config import SLO
+from loadgen.plan.config import SLO, RunConfig
+from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.sweep_tables import compare_sweeps
+from loadgen.run.runner import run
 from loadgen.selftest.testserver import spawn
+from loadgen.sweep.driver import SweepSpec, exit_code, run_sweep
 from loadgen.sweep.search import aggregate, bracket, next_probe, oversaturated, quantile_interval
 from loadgen.sweep.stats import interval, significant, t975
 
@@ -95,7 +98,9 @@ def test_sweep_past_capacity_stops_early_with_intervals(start_server, tmp_path):
 
 @pytest.mark.parametrize("flags", [("--concurrency", "1,x"), ("--concurrency", "1,1"), ("--concurrency", "0,2"),
                                    ("--request-rate", "1,-2"), ("--concurrency", "1,2", "--request-rate", "1"),
-                                   ("--num-prompts", "4"), ("--concurrency", "1", "--csv", "x.csv")])
+                                   ("--num-prompts", "4"), ("--concurrency", "1", "--csv", "x.csv"),
+                                   ("--concurrency", "1,2", "--slo", "ttft=1,ttft=2"),
+                                   ("--concurrency", "1,2", "--goodput", "ttft:1", "ttft:2")])
 def test_bad_sweep_flags_are_usage_errors(flags):
     done = _loadgen("sweep", *flags, timeout=60)
     assert done.returncode == 2 and "usage: loadgen sweep" in done.stderr
@@ -167,6 +172,89 @@ def test_pooled_verdict_is_pass_fail_or_marginal():
     points = [aggregate(v, [run], slo, 99.0, pooled={"ttft": [x * f for x in range(1, 1001)]})
               for v, f in ((1, 0.5), (2, 1.0), (4, 2.0))]
     assert bracket(points) == {"highest_passing": 1, "lowest_failing": 4, "unknown": [], "marginal": [2]}
+
+
+def test_a_point_with_failed_requests_or_a_lost_worker_never_passes():
+    slo = SLO(ttft_ms=990.0)
+    fast = {"ttft": [10.0] * 8, "tpot": [], "e2e_latency": []}  # every successful request far inside the bound
+    ok = {"output_throughput": 1.0, "client_bound": False, "completed": 8, "failed": 0}
+    assert aggregate(1, [ok], slo, 99.0, pooled=fast)["slo"]["verdict"] == "pass"
+    half = aggregate(1, [{**ok, "completed": 4, "failed": 4}], slo, 99.0, pooled=fast)
+    assert half["failed_requests"] == 4 and half["slo"]["verdict"] == "fail" and half["slo"]["passed"] is False
+    assert half["slo"]["failed"][0] == {"metric": "failed_requests", "value": 4, "low": 4, "high": 4, "bound": 0}
+    lost = aggregate(1, [ok, {**ok, "workers_lost": 1}], slo, 99.0, pooled=fast)["slo"]
+    assert lost["verdict"] == "fail" and lost["failed"][0]["metric"] == "workers_lost"
+    every = aggregate(1, [{**ok, "completed": 0, "failed": 8}], slo, 99.0, pooled={"ttft": []})["slo"]
+    assert every["verdict"] == "fail"  # no latency to judge, but every request failed
+    rebuilt = aggregate(1, [{**ok, "failed": 2, "p99_ttft_ms": 10.0}], slo, 99.0)["slo"]  # from a saved file
+    assert rebuilt["verdict"] == "fail"
+
+
+def test_a_point_failing_past_max_error_rate_stops_the_sweep_and_keeps_it(start_server, tmp_path):
+    server = start_server(*KNEE_SERVER, "--faults", "ok,http_500")  # every second request fails
+    out = tmp_path / "failing.json"
+    done = _loadgen("sweep", "--base-url", server.base_url, "--concurrency", "1,2,4", "--slo", "ttft=500",
+                    "--max-error-rate", "0.25", *SMALL, "--output", str(out))
+    data = json.loads(out.read_text())
+    assert done.returncode == 4 and "stopped at concurrency=1" in done.stderr, done.stderr
+    assert data["stopped"] == {"value": 1, "reason": data["stopped"]["reason"], "not_run": [2, 4]}
+    assert "8 of 16 requests failed (above --max-error-rate 0.25" in data["stopped"]["reason"]
+    [point] = data["points"]
+    assert point["failed_requests"] == 8 and point["slo"]["verdict"] == "fail"
+    assert data["answer"]["bracket"] == [None, 1] and "8 failed requests" in data["answer"]["text"]
+
+
+@pytest.mark.parametrize("with_model", [False, True], ids=["model-listed", "model-given"])
+def test_a_server_killed_mid_sweep_keeps_the_finished_point_and_exits_4(tmp_path, with_model):
+    proc, url = spawn(*KNEE_SERVER)
+    out = tmp_path / "killed.json"
+    flags = ["sweep", "--base-url", url, "--concurrency", "1,2,4,8", "--slo", "ttft=500", "--num-prompts", "8",
+             "--random-input-len", "32", "--random-output-len", "10", "--no-server-metrics", "--no-server-tokenize",
+             "--output", str(out), *(["--model", "scripted-model"] if with_model else [])]
+    sweep = subprocess.Popen([sys.executable, "-m", "loadgen", *flags], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for line in sweep.stderr:
+            if "concurrency=1 repeat 1/1" in line:  # the first point finished: kill the server now
+                break
+        proc.kill()
+        proc.wait(timeout=10)
+        err = sweep.stderr.read()
+        rc = sweep.wait(timeout=240)
+    finally:
+        for p in (proc, sweep):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    assert rc == 4 and "stopped at concurrency=" in err, err
+    data = json.loads(out.read_text())
+    first = data["points"][0]
+    assert first["value"] == 1 and first["runs"][0]["completed"] == 8 and first["slo"]["verdict"] == "pass"
+    reason = data["stopped"]["reason"]
+    # NOTE: the kill lands after the first point; the second either cannot list models (no --model)
+    # or, with --model (or if its set-up won the race), sends requests that fail.
+    allowed = ("requests failed",) if with_model else ("cannot list models", "requests failed")
+    assert any(why in reason for why in allowed), reason
+    assert data["stopped"]["not_run"] and 8 in data["stopped"]["not_run"]
+    assert all(p["slo"]["verdict"] == "fail" for p in data["points"] if p["failed_requests"]), data["points"]
+
+
+def test_ctrl_c_while_a_run_is_set_up_keeps_the_finished_points(start_server):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "4")
+    calls = []
+
+    def runner(cfg, dcfg):
+        calls.append(cfg.concurrency)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as Ctrl-C lands while the second point lists models or forks
+        return run(cfg, dcfg)
+
+    cfg = RunConfig(base_url=server.base_url, concurrency=1, num_prompts=4, server_metrics=False)
+    dcfg = DatasetConfig(random_input_len=8, random_output_len=4, use_server_tokenize=False)
+    data = run_sweep(SweepSpec("concurrency", (1, 2, 4), slo=SLO(ttft_ms=500.0)), cfg, dcfg, log=lambda _: None,
+                     runner=runner)
+    assert calls == [1, 2] and data["interrupted"] and exit_code(data) == 130
+    assert [p["value"] for p in data["points"]] == [1] and data["points"][0]["runs"][0]["completed"] == 4
 
 
 def test_bisection_steps():
