@@ -22,6 +22,7 @@ import socket
 import ssl
 import struct
 import sys
+from array import array
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 #: Bytes asked of one read: a read that fills it may leave more queued (see `ReadStats`).
 READ_BYTES = 1 << 16
+#: A read this long after its kernel stamp is late: the loop is behind (see `LoopIterations`).
+LATE_NS = 1_000_000
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
 _ANC_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
@@ -99,37 +102,37 @@ class ReadStats:
 
 
 class LoopIterations:
-    """Marks the end of each event-loop iteration that read something, for the reads' lower bounds.
+    """Marks event-loop iterations while reads come late, for the reads' lower bounds.
 
-    uvloop runs I/O callbacks in its poll phase and `call_soon` callbacks after it, before the
-    next poll; so a mark scheduled by a read runs between this iteration's poll and the next one.
-    While iterations keep reading, the marks form a chain, one per iteration; the first iteration
-    without a read ends it. A socket read in iteration j had no bytes at the poll of iteration j-1
-    (else it would have been read then): with the chain running, the mark of iteration j-2 comes
-    before that poll; with the chain ended, the last mark does (no iteration since read anything)."""
+    uvloop runs `call_soon` callbacks in the idle phase of the iteration after the one that queued
+    them, before that iteration's poll, and at most one mark is queued at a time; so the mark
+    before the latest one ran before the previous iteration's poll. A socket read now had no bytes
+    at that poll (else it would have been read then): that mark (`floor_ns`) is a lower bound of
+    the read's bytes. Marks cost an iteration each, so they run only while reads come later than
+    LATE_NS after their kernel stamps (the loop is behind, its iterations are long and the bound
+    matters); a read on time has the bound of its connection's previous read."""
 
     def __init__(self) -> None:
-        self.marks = [0, 0]
-        self.is_marking = False  # a mark is queued: the previous iteration read something
-        self.has_read = False  # this iteration read something
-        self.floor_ns = 0
+        self.floor_ns = 0  # the mark before the latest
+        self._last = 0
+        self.is_marking = False  # a mark is queued
+        self.has_late_read = False  # a late read since the last mark
         self._loop = asyncio.get_running_loop()
         import uvloop  # NOTE: the order above is uvloop's; asyncio's loop gets no iteration bound
 
         self.is_usable = isinstance(self._loop, uvloop.Loop)
 
-    def first_read(self) -> None:
-        """The first read of an iteration: its lower bound, and a mark at the iteration's end."""
-        self.has_read = True
-        self.floor_ns = self.marks[0] if self.is_marking else self.marks[1]
+    def late_read(self) -> None:
+        """A read came late: keep marking iterations."""
+        self.has_late_read = True
         if not self.is_marking:
             self.is_marking = True
             self._loop.call_soon(self._mark)
 
     def _mark(self) -> None:
-        self.marks = [self.marks[1], now_ns()]
-        if self.has_read:
-            self.has_read = False
+        self.floor_ns, self._last = self._last, now_ns()
+        if self.has_late_read:
+            self.has_late_read = False
             self._loop.call_soon(self._mark)
         else:
             self.is_marking = False
@@ -144,9 +147,10 @@ class StampedBody(httpx.AsyncByteStream):
         self._max_bytes = max_bytes
         self.num_bytes = 0
         self.chunks: list[bytes] = []
-        self.stamps: list[int] = []
-        self.loop_stamps: list[int] = []
-        self.floors: list[int] = []
+        # NOTE: arrays, not lists: no object per stamp, and nothing for the collector to walk.
+        self.stamps = array("q")
+        self.loop_stamps = array("q")
+        self.floors = array("q")
         self.is_kernel = False
         self._done = asyncio.get_running_loop().create_future()
         self._wakeup: asyncio.Future | None = None
@@ -321,8 +325,8 @@ class Connection:
             self._stats.num_unstamped += 1
         self.stamp, self.loop_stamp, self.read_floor_ns = stamp, loop_ns, self.floor_ns
         if (it := self._iterations) is not None:
-            if not it.has_read:
-                it.first_read()
+            if loop_ns - stamp > LATE_NS:
+                it.late_read()
             if not self._was_full and it.floor_ns > self.floor_ns:
                 self.read_floor_ns = it.floor_ns
         if len(data) == READ_BYTES:

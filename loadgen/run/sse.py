@@ -88,7 +88,7 @@ SOURCE_USAGE_DELTAS = "usage deltas"
 SOURCE_PER_EVENT = "one per content event"
 _CRLF = re.compile(b"\r\n")
 #: Decoded events, the body piece that completed each, and which pieces ended their read right after an event.
-_Decoded = tuple[list[_Chunk], list[int], "_PieceEnds"]
+_Decoded = tuple[list[_Chunk], list[int], list[bool]]
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -101,22 +101,6 @@ def _choice_text(choice: _Choice) -> str:
     if choice.message is not None:
         return (choice.message.reasoning_content or "") + (choice.message.content or "")
     return choice.text or ""
-
-
-class _PieceEnds:
-    """Whether a body piece ended its read right after an event (asked only where it matters)."""
-
-    def __init__(self, body: bytes, ends: list[int], loop: list[int], event_ends: set[int] | None = None) -> None:
-        self.body, self.ends, self.loop, self.event_ends = body, ends, loop, event_ends
-
-    def __getitem__(self, j: int) -> bool:
-        ends, loop = self.ends, self.loop
-        if j + 1 < len(ends) and loop[j + 1] == loop[j]:
-            return False  # NOTE: not the read's last piece
-        end = ends[j]
-        if self.event_ends is None:
-            return self.body[end - 2:end] == b"\n\n"
-        return end in self.event_ends
 
 
 def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
@@ -270,8 +254,12 @@ def _common_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded | 
             pieces += [j] * num_new
         start, done = end, newlines // 2
     # NOTE: here the only newlines are the pairs that end events: a piece ends right after an
-    # event exactly when its last two bytes are a pair.
-    return chunks, pieces[: len(chunks)], _PieceEnds(body, ends, loop)
+    # event exactly when its last two bytes are a pair (and it ends its read when the next piece
+    # came in another read).
+    last = len(ends) - 1
+    ends_read = [body[end - 1] == 10 and body[end - 2] == 10 and (j == last or loop[j + 1] != loop[j])
+                 for j, end in enumerate(ends)]
+    return chunks, pieces[: len(chunks)], ends_read
 
 
 def _any_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded:
@@ -282,7 +270,9 @@ def _any_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded:
     payloads, pieces, event_ends, is_done = _payloads(events, ends)
     if not is_done:
         raise MalformedSSE("stream ended without data: [DONE]")
-    return _decode_all(payloads), pieces, _PieceEnds(body, ends, loop, set(event_ends))
+    last, at_event_end = len(ends) - 1, set(event_ends)
+    ends_read = [end in at_event_end and (j == last or loop[j + 1] != loop[j]) for j, end in enumerate(ends)]
+    return _decode_all(payloads), pieces, ends_read
 
 
 def _payloads(events: list[bytes], ends: list[int]) -> tuple[list[bytes], list[int], list[int], bool]:
