@@ -1,5 +1,5 @@
 """Hostile files given to `loadgen report` and `loadgen compare`: refused in one line (exit 2), read
-bounded, never a traceback.
+bounded, never a traceback; values from a file reach the page as text, never as markup or mathtext.
 
 The valid files every variant starts from are real: a run and a sweep against the scripted server."""
 
@@ -11,6 +11,7 @@ import os
 import resource
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from loadgen.selftest.testserver import spawn
 SMALL = ("--random-input-len", "16", "--random-output-len", "6", "--quiet")
 #: Each child may map this much memory: a reader that is not bounded fails instead of eating the machine.
 CHILD_MEMORY = 3 * 2**30
+MARKUP = "<script>window.injected=1</script><x-injected onclick='x'>$\\frac{$</x-injected>"
 #: Values of the wrong type for each leaf kind of the schema.
 WRONG = {runfile.NUM: ["12", True, [], {}, 1.5e15], runfile.STR: [7, False, [], {}],
          runfile.BOOL: [1, "true", []], runfile.OBJECT: [[], "x", 3],
@@ -182,8 +184,68 @@ def test_dev_zero_and_a_fifo_end_at_once_in_bounded_memory(command, tmp_path):
         assert done.returncode == 2 and len(lines) == 1 and "not a regular file" in lines[0], done.stderr[-500:]
 
 
-def test_a_string_in_a_number_field_is_refused_not_drawn(real_files, tmp_path, capsys):
+def test_markup_in_every_string_field_stays_text_in_the_dom(real_files, tmp_path, chromium):
+    for kind, data in real_files.items():
+        path, page = tmp_path / f"{kind}.json", tmp_path / f"{kind}.html"
+        path.write_text(json.dumps(_marked(data)))
+        done = _loadgen("report", str(path), "--output", str(page))
+        assert done.returncode == 0, done.stderr
+        dom = chromium(tmp_path / "profile", "--dump-dom", page.as_uri()).stdout
+        tags = _tags(dom)
+        assert "body" in tags and "img" in tags, dom[:500]
+        assert not {"script", "x-injected"} & tags.keys(), kind
+        assert not any(a.startswith("on") for attrs in tags.values() for a in attrs), kind
+        assert dom.count("&lt;x-injected onclick='x'&gt;") >= 3, kind  # the strings are on the page, as text
+
+
+def test_markup_in_a_number_field_is_refused_not_drawn(real_files, tmp_path, capsys):
     path = tmp_path / "sweep.json"
     for field in (("repeats",), ("points", 0, "value"), ("slo_percentile",), ("early_stop", "stopped_at")):
-        path.write_text(json.dumps(_put(real_files["sweep"], field, "<b>")))
+        path.write_text(json.dumps(_put(real_files["sweep"], field, MARKUP)))
         _refused(path, capsys, says=field[-1] if isinstance(field[-1], str) else "value")
+
+
+@pytest.mark.parametrize("where", ["flag", "file"])
+def test_labels_are_text_not_mathtext(real_files, where, tmp_path):
+    label = "$\\frac{$ and $x^$"
+    data = {**real_files["run"], "label": label if where == "file" else "run"}
+    path, page = tmp_path / "run.json", tmp_path / "r.html"
+    path.write_text(json.dumps(data))
+    flags = ("--label", label) if where == "flag" else ()
+    done = _loadgen("report", str(path), "--output", str(page), *flags)
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert label in page.read_text() and page.read_text().count("<img ") == 5
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({**real_files["sweep"], "label": label}))
+    done = _loadgen("report", str(sweep), "--output", str(tmp_path / "s.html"), *flags)
+    assert done.returncode == 0, done.stderr[-1000:]
+
+
+def _marked(data):
+    """`data` with every string MARKUP (and the keys of the objects a page lists), but the kind and
+    the sweep variable, which are names loadgen checks."""
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            if key in ("kind", "variable"):
+                out[key] = value
+            elif key in ("config", "environment", "rules") and isinstance(value, dict):
+                out[key] = {f"{k}{MARKUP}": _marked(v) for k, v in value.items()}
+            else:
+                out[key] = _marked(value)
+        return out
+    if isinstance(data, list):
+        return [_marked(v) for v in data]
+    return MARKUP if isinstance(data, str) else data
+
+
+def _tags(dom: str) -> dict[str, set[str]]:
+    """Each element name in `dom` with every attribute name it carries anywhere."""
+    tags: dict[str, set[str]] = {}
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            tags.setdefault(tag, set()).update(name for name, _ in attrs)
+
+    Collect().feed(dom)
+    return tags
