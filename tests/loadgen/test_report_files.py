@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -249,3 +250,11 @@ def _tags(dom: str) -> dict[str, set[str]]:
 
     Collect().feed(dom)
     return tags
+
+
+def test_one_reader_for_loadgen_and_reportgen():
+    """`report`, `compare` and reportgen read saved JSON through `jsonfile` only."""
+    root = Path(cli.__file__).resolve().parent.parent
+    for name in ("loadgen/report/runfile.py", "reportgen/output.py", "reportgen/reproduction.py"):
+        text = (root / name).read_text()
+        assert "read_json" in text and not re.search(r"json\.loads?\(", text), name
