@@ -34,15 +34,14 @@ from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
-    check_kinds,
     compare,
-    load_run,
     print_table,
     result_dict,
     save_result,
     write_json,
     write_records,
 )
+from loadgen.report.runfile import check_kinds, load_run
 from loadgen.report.sweep_tables import print_sweep_table
 from loadgen.run.runner import SetupError, run, wait_ready
 from loadgen.sweep.driver import EXIT_STOPPED, SweepSpec, exit_code, run_sweep

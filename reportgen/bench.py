@@ -68,10 +68,15 @@ def readme(data: dict) -> str:
 
 
 def write(out_dir: Path) -> Path:
-    """Run the benchmarks and write ``summary.json`` and ``README.md`` to ``out_dir`` (checked first)."""
+    """Run the benchmarks and write their report to ``out_dir`` (checked first; see ``save``)."""
     output.check(out_dir, "bench")
-    data = collect()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(data, indent=1))
-    (out_dir / "README.md").write_text(readme(data))
+    return save(collect(), out_dir)
+
+
+def save(data: dict, out_dir: Path) -> Path:
+    """``summary.json`` and ``README.md`` of ``data``, built aside and moved to ``out_dir`` whole
+    (``output.staging``), never written through a link found there."""
+    with output.staging(out_dir, "bench") as tmp:
+        (tmp / "summary.json").write_text(json.dumps(data, indent=1))
+        (tmp / "README.md").write_text(readme(data))
     return out_dir

@@ -7,10 +7,14 @@ to the git-ignored scratch folder ``results/reports/`` unless told otherwise, an
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from loadgen.report.jsonfile import JsonFileError, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS_DIR = ROOT / "reports"
@@ -18,6 +22,8 @@ SCRATCH_DIR = ROOT / "results" / "reports"
 #: Every entry a report (or the bench report) writes at its top level.
 REPORT_ENTRIES = frozenset({"index.html", "README.md", "summary.json", "results", "raw", "profiles",
                             "flamegraphs"})
+#: A report's summary.json is tens of KB; anything past this is not one.
+MAX_SUMMARY_BYTES = 16 * 2**20
 
 
 class OutputError(ValueError):
@@ -45,11 +51,27 @@ def check(out_dir: Path, scenario: str, scale: float = 1.0) -> None:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise OutputError(f"{out_dir} holds files this report did not make ({shown}); "
                           "choose a new or empty directory")
-    made_for = _scenario_of(out_dir)
+    made_for, says = _scenario_of(out_dir)
     if made_for != scenario:
-        raise OutputError(f"{out_dir} is not a previous {scenario!r} report "
-                          f"({'its summary.json names ' + repr(made_for) if made_for else 'no readable summary.json'}); "
+        raise OutputError(f"{out_dir} is not a previous {scenario!r} report ({says}); "
                           "choose a new or empty directory")
+
+
+@contextlib.contextmanager
+def staging(out_dir: Path, scenario: str, scale: float = 1.0) -> Iterator[Path]:
+    """A new private directory beside ``out_dir`` to build a report in, moved to ``out_dir``
+    (``replace``) when the block ends, removed when it raises."""
+    # NOTE: every file is written into a directory made here, so nothing is ever written through a
+    # link planted in out_dir; the old out_dir is moved aside and removed, never written into.
+    out_dir = Path(out_dir).resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        replace(tmp, out_dir, scenario, scale)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def replace(new: Path, out_dir: Path, scenario: str, scale: float = 1.0) -> None:
@@ -64,11 +86,16 @@ def replace(new: Path, out_dir: Path, scenario: str, scale: float = 1.0) -> None
         shutil.rmtree(old)
 
 
-def _scenario_of(directory: Path) -> str | None:
+def _scenario_of(directory: Path) -> tuple[str | None, str]:
+    """The scenario its summary.json names (read bounded), and how a message says so."""
     try:
-        return json.loads((directory / "summary.json").read_text()).get("scenario")
-    except (OSError, ValueError, AttributeError):
-        return None
+        summary = read_json(directory / "summary.json", MAX_SUMMARY_BYTES)
+    except JsonFileError as error:
+        return None, f"no readable summary.json: {error}"
+    scenario = summary.get("scenario") if isinstance(summary, dict) else None
+    if not isinstance(scenario, str):
+        return None, "its summary.json names no scenario"
+    return scenario, f"its summary.json names {scenario!r}"
 
 
 def _is_within(path: Path, folder: Path) -> bool:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import provenance
-from reportgen.output import REPORTS_DIR
+from loadgen.report.jsonfile import JsonFileError, read_json
+from reportgen.output import MAX_SUMMARY_BYTES, REPORTS_DIR
 
 Summaries = dict[str, dict]
 
@@ -38,9 +38,9 @@ def load_summaries(reports_dir: Path = REPORTS_DIR) -> Summaries:
     summaries = {}
     for path in sorted(reports_dir.glob("*/summary.json")):
         try:
-            summaries[path.parent.name] = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise SummaryError(f"cannot read {path}: {error}") from error
+            summaries[path.parent.name] = read_json(path, MAX_SUMMARY_BYTES)
+        except JsonFileError as error:
+            raise SummaryError(str(error)) from None
         if not isinstance(summaries[path.parent.name], dict):
             raise SummaryError(f"cannot read {path}: not a JSON object")
     return summaries

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -95,19 +93,13 @@ def run_scenario(scenario: Scenario, scale: float = 1.0, out_dir: Path | None = 
     except (output.OutputError, ProfilerError) as error:
         raise ReportError(str(error)) from error
     out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        for sub in ("raw", "results", "profiles", "flamegraphs"):
-            (tmp / sub).mkdir()
-        started = time.time()
-        outcomes = [run_one(run, settings, tmp) for run in scenario.runs(scale)]
-        write_report(scenario, scale, settings, outcomes, tmp, time.time() - started)
-        output.replace(tmp, out_dir, scenario.name, scale)
+        with output.staging(out_dir, scenario.name, scale) as tmp:
+            for sub in ("raw", "results", "profiles", "flamegraphs"):
+                (tmp / sub).mkdir()
+            started = time.time()
+            outcomes = [run_one(run, settings, tmp) for run in scenario.runs(scale)]
+            write_report(scenario, scale, settings, outcomes, tmp, time.time() - started)
     except ProfilerError as error:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise ReportError(str(error)) from error
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir

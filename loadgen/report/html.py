@@ -1,7 +1,8 @@
 """`loadgen report`: one self-contained HTML page of one or more saved runs.
 
 Plots are matplotlib PNGs inlined as base64, so the page needs no network; several runs share each
-plot, one colour per run.
+plot, one colour per run. Every value from a file reaches the page through `esc` (markup is only
+what this module writes, typed `Html`) and the plots as plain text, never as mathtext.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ SPLIT_PARTS = (("client_network", "client / network", "#8da0cb"), ("queue", "que
                ("prefill", "prefill", "#66c2a5"), ("server_other", "server other", "#b3b3b3"),
                ("decode", "decode (--no-stream: TTFT is the whole response)", "#e78ac3"))
 NO_TIMELINE = "no timeline in this file (older loadgen)"
+#: Labels and names from files are text: `$...$` in them is not parsed as mathtext.
+TEXT_ONLY = {"text.parse_math": False}
 CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1150px; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
@@ -47,21 +50,41 @@ def default_label(run: dict, path: str) -> str:
     return str(run.get("label") or os.path.basename(path))
 
 
+class Html(str):
+    """Markup written by this module; any other value is escaped by `esc` on its way into a page."""
+
+
+def esc(value) -> Html:
+    """The one place a value becomes HTML: escaped, unless it is `Html` made here."""
+    return value if isinstance(value, Html) else Html(html.escape(str(value)))
+
+
+def tag(template: str, *values) -> Html:
+    """`template` (markup written here) with each `{}` filled by `esc(value)`."""
+    return Html(template.format(*map(esc, values)))
+
+
+def join(parts, sep: str = "") -> Html:
+    """`parts` joined, each through `esc`."""
+    return Html(sep.join(map(esc, parts)))
+
+
+def page(title: str, parts: list[Html]) -> str:
+    """The self-contained document: `title`, then `parts`, then when it was made."""
+    return tag("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{}</title><style>{}</style>"
+               "</head><body>\n<h1>{}</h1>\n{}\n<p class='note'>made by loadgen report, {}</p>\n"
+               "</body></html>\n", title, Html(CSS), title, join(parts, "\n"),
+               time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
 def render(runs: list[dict], labels: list[str]) -> str:
     """The whole page for `runs` (results JSON objects), named by `labels` in the same order."""
     colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(runs))]
-    parts = [_header(runs, labels, colors), _summary(runs, labels), _verdicts(runs, labels),
-             _plots(runs, labels, colors), _server_vs_client(runs, labels),
-             _flags_and_machine(runs, labels)]
-    title = "loadgen report: " + ", ".join(labels)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{CSS}</style></head><body>\n<h1>{_e(title)}</h1>\n" + "\n".join(parts)
-            + f"\n<p class='note'>made by loadgen report, {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}"
-            "</p>\n</body></html>\n")
-
-
-def _e(value) -> str:
-    return html.escape(str(value))
+    with plt.rc_context(TEXT_ONLY):
+        parts = [_header(runs, labels, colors), _summary(runs, labels), _verdicts(runs, labels),
+                 _plots(runs, labels, colors), _server_vs_client(runs, labels),
+                 _flags_and_machine(runs, labels)]
+    return page("loadgen report: " + ", ".join(labels), parts)
 
 
 def _dict(value) -> dict:
@@ -69,99 +92,96 @@ def _dict(value) -> dict:
 
 
 def _cell(value) -> str:
+    """A value as a table shows it (text: `table` escapes it)."""
     if isinstance(value, dict | list):
-        return _e(json.dumps(value, separators=(",", ":")))
+        return json.dumps(value, separators=(",", ":"))
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return _e(fmt(value))
+        return fmt(value)
     if isinstance(value, int):
         return f"{value:d}"
-    return _e(fmt(value) if abs(value) >= 0.1 or value == 0 else f"{value:.3g}")
+    return fmt(value) if abs(value) >= 0.1 or value == 0 else f"{value:.3g}"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    """A table from already-escaped cells; the first column is a name, the rest numbers."""
-    out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+def table(head: list, rows: list[list]) -> Html:
+    """A table; every cell goes through `esc`; the first column is a name, the rest numbers."""
+    out = [tag("<tr>{}</tr>", join(tag("<th>{}</th>", h) for h in head))]
     for row in rows:
-        cells = [f"<td>{row[0]}</td>"] + [f"<td class='num'>{c}</td>" for c in row[1:]]
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    return "".join(out) + "</table>"
+        cells = [tag("<td>{}</td>", row[0]), *(tag("<td class='num'>{}</td>", c) for c in row[1:])]
+        out.append(tag("<tr>{}</tr>", join(cells)))
+    return tag("<table>{}</table>", join(out))
 
 
-def _run_head(labels: list[str], first: str = "") -> list[str]:
-    return [_e(first)] + [_e(label) for label in labels]
-
-
-def _swatch(color) -> str:
+def _swatch(color) -> Html:
     r, g, b = (int(255 * c) for c in color[:3])
-    return f"<span class='swatch' style='background: rgb({r},{g},{b})'></span>"
+    return Html(f"<span class='swatch' style='background: rgb({r},{g},{b})'></span>")
 
 
-def _header(runs: list[dict], labels: list[str], colors) -> str:
+def _header(runs: list[dict], labels: list[str], colors) -> Html:
     rows = [["colour"] + [_swatch(c) for c in colors]]
-    rows += [[_e(key)] + [_cell(run.get(key)) for run in runs] for key in HEADER_KEYS]
-    return "<h2>Runs</h2>" + _table(_run_head(labels), rows)
+    rows += [[key] + [_cell(run.get(key)) for run in runs] for key in HEADER_KEYS]
+    return join([Html("<h2>Runs</h2>"), table(["", *labels], rows)])
 
 
-def _summary(runs: list[dict], labels: list[str]) -> str:
+def _summary(runs: list[dict], labels: list[str]) -> Html:
     rows = []
     for key, name, spec in TABLE_ROWS:
         if any(run.get(key) is not None for run in runs):
-            rows.append([_e(name)] + [_e(fmt(run.get(key), spec)) for run in runs])
+            rows.append([name] + [fmt(run.get(key), spec) for run in runs])
     for key, name in LATENCY_ROWS:
         for stat in ("mean", "median", "p99"):
             values = [run.get(f"{stat}_{key}_ms") for run in runs]
             if any(v is not None for v in values):
-                rows.append([_e(f"{name} {stat} (ms)")] + [_e(fmt(v)) for v in values])
-    return "<h2>Summary</h2>" + _table(_run_head(labels, "metric"), rows)
+                rows.append([f"{name} {stat} (ms)"] + [fmt(v) for v in values])
+    return join([Html("<h2>Summary</h2>"), table(["metric", *labels], rows)])
 
 
-def _verdicts(runs: list[dict], labels: list[str]) -> str:
-    out = ["<h2>Client health</h2><ul>"]
+def _verdict(bound) -> Html:
+    if bound is None:
+        return Html("<span class='note'>client health not judged</span>")
+    if bound:
+        return Html("<span class='bad'>client-bound: numbers not trustworthy</span>")
+    return Html("<span class='good'>client healthy</span>")
+
+
+def _verdicts(runs: list[dict], labels: list[str]) -> Html:
+    out = [Html("<h2>Client health</h2><ul>")]
     for run, label in zip(runs, labels, strict=True):
         health = _dict(_dict(run.get("summary")).get("client_health"))
-        reasons = "; ".join(map(str, health.get("client_bound_reasons") or []))
-        bound = run.get("client_bound")
-        if bound is None:
-            verdict = "<span class='note'>client health not judged</span>"
-        elif bound:
-            verdict = "<span class='bad'>client-bound: numbers not trustworthy</span>"
-        else:
-            verdict = "<span class='good'>client healthy</span>"
-        notes = "".join(f"<br><span class='note'>{_e(n)}</span>"
-                        for n in health.get("client_health_notes") or [])
-        out.append(f"<li><b>{_e(label)}</b>: {verdict}{' (' + _e(reasons) + ')' if reasons else ''}"
-                   f"{notes}</li>")
-    return "".join(out) + "</ul>"
+        reasons = "; ".join(health.get("client_bound_reasons") or [])
+        notes = join(tag("<br><span class='note'>{}</span>", n) for n in health.get("client_health_notes") or [])
+        out.append(tag("<li><b>{}</b>: {}{}{}</li>", label, _verdict(run.get("client_bound")),
+                       tag(" ({})", reasons) if reasons else "", notes))
+    return join([*out, Html("</ul>")])
 
 
-def _flags_and_machine(runs: list[dict], labels: list[str]) -> str:
+def _flags_and_machine(runs: list[dict], labels: list[str]) -> Html:
     out = []
     for key, title in (("config", "Flags (config)"), ("environment", "Machine (environment)")):
         blocks = [_dict(run.get(key)) for run in runs]
         names = sorted({k for b in blocks for k in b})
         if not names:
-            out.append(f"<h2>{title}</h2><p class='note'>none in these files</p>")
+            out.append(tag("<h2>{}</h2><p class='note'>none in these files</p>", title))
             continue
-        rows = [[_e(k)] + [_cell(b.get(k)) for b in blocks] for k in names]
-        out.append(f"<h2>{title}</h2>" + _table(_run_head(labels, "key"), rows))
-    return "\n".join(out)
+        rows = [[k] + [_cell(b.get(k)) for b in blocks] for k in names]
+        out.append(join([tag("<h2>{}</h2>", title), table(["key", *labels], rows)]))
+    return join(out, "\n")
 
 
-def _server_vs_client(runs: list[dict], labels: list[str]) -> str:
+def _server_vs_client(runs: list[dict], labels: list[str]) -> Html:
     out = []
     for run, label in zip(runs, labels, strict=True):
         svc = _dict(_dict(run.get("summary")).get("server_vs_client"))
         if not svc:
             continue
-        rows = [[_e(r.get("name")), _cell(r.get("server")), _cell(r.get("client")),
-                 _cell(r.get("ratio"))] for r in svc.get("rows") or [] if isinstance(r, dict)]
-        notes = "".join(f"<li>{_e(n)}</li>" for n in svc.get("notes") or [])
-        out.append(f"<h3>{_e(label)} (margin {_e(fmt(svc.get('margin')))})</h3>"
-                   + _table(["metric", "server", "client", "ratio"], rows)
-                   + (f"<ul>{notes}</ul>" if notes else ""))
+        rows = [[fmt(r.get("name")), _cell(r.get("server")), _cell(r.get("client")), _cell(r.get("ratio"))]
+                for r in svc.get("rows") or []]
+        notes = join(tag("<li>{}</li>", n) for n in svc.get("notes") or [])
+        out.append(join([tag("<h3>{} (margin {})</h3>", label, fmt(svc.get("margin"))),
+                         table(["metric", "server", "client", "ratio"], rows),
+                         tag("<ul>{}</ul>", notes) if notes else ""]))
     if not out:
-        return ""
-    return "<h2>Server vs client</h2>" + "\n".join(out)
+        return Html("")
+    return join([Html("<h2>Server vs client</h2>"), *out], "\n")
 
 
 def _png(fig) -> str:
@@ -172,14 +192,10 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _section(title: str, uri: str | None, missing: list[str], why: str) -> str:
+def _section(title: str, uri: str | None, missing: list[str], why: str) -> Html:
     """A plot with a note naming the runs that lack its data (only the note when none has it)."""
-    out = f"<h3>{_e(title)}</h3>"
-    if uri is not None:
-        out += f"<img alt='{_e(title)}' src='{uri}'>"
-    if missing:
-        out += f"<p class='note'>{_e(', '.join(missing))}: {_e(why)}</p>"
-    return out
+    return join([tag("<h3>{}</h3>", title), tag("<img alt='{}' src='{}'>", title, uri) if uri else "",
+                 tag("<p class='note'>{}: {}</p>", ", ".join(missing), why) if missing else ""])
 
 
 def _num(value) -> float:
@@ -191,7 +207,7 @@ def _timeline(run: dict) -> dict | None:
     return tl if isinstance(tl, dict) and tl.get("buckets") else None
 
 
-def _plots(runs: list[dict], labels: list[str], colors) -> str:
+def _plots(runs: list[dict], labels: list[str], colors) -> Html:
     series = list(zip(runs, labels, colors, strict=True))
     timed = [(_timeline(r), label, c) for r, label, c in series if _timeline(r)]
     no_tl = [label for r, label, _ in series if not _timeline(r)]
@@ -201,7 +217,7 @@ def _plots(runs: list[dict], labels: list[str], colors) -> str:
     splits = [(_dict(r.get("summary"))["ttft_split"], label) for r, label, _ in series
               if isinstance(_dict(r.get("summary")).get("ttft_split"), dict)]
     parts = [
-        "<h2>Plots</h2>",
+        Html("<h2>Plots</h2>"),
         _section("Output throughput and requests in flight", _throughput_plot(timed) if timed else None,
                  no_tl, NO_TIMELINE),
         _section("TTFT and ITL over time", _latency_plot(timed) if timed else None, no_tl, NO_TIMELINE),
@@ -213,8 +229,8 @@ def _plots(runs: list[dict], labels: list[str], colors) -> str:
                   if not s], "no server metrics series"),
     ]
     if splits:
-        parts.append(_section("TTFT split (mean ms)", _split_plot(splits), [], "") + _split_table(splits))
-    return "\n".join(parts)
+        parts += [_section("TTFT split (mean ms)", _split_plot(splits), [], ""), _split_table(splits)]
+    return join(parts, "\n")
 
 
 def _steady(ax, tl: dict, color) -> None:
@@ -329,12 +345,12 @@ def _split_plot(splits) -> str:
     return _png(fig)
 
 
-def _split_table(splits) -> str:
-    head = ["part"] + [_e(f"{label} {stat}") for _, label in splits for stat in ("mean", "p50", "p99")]
-    rows = [[_e(name)] + [_cell((split.get(f"{stat}_ms") or {}).get(key)) for split, _ in splits
+def _split_table(splits) -> Html:
+    head = ["part"] + [f"{label} {stat}" for _, label in splits for stat in ("mean", "p50", "p99")]
+    rows = [[name] + [_cell((split.get(f"{stat}_ms") or {}).get(key)) for split, _ in splits
                           for stat in ("mean", "p50", "p99")] for key, name, _ in SPLIT_PARTS]
     rows.append(["requests"] + [c for split, _ in splits for c in (_cell(split.get("requests")), "", "")])
-    return _table(head, rows)
+    return table(head, rows)
 
 
 def _finish(*axes) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 from loadgen import __version__
 from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
 from loadgen.measure.records import RequestRecord
+from loadgen.report.runfile import check_kinds, load_run
 from loadgen.run.runner import RunResult
 
 TABLE_ROWS = (
@@ -305,28 +306,6 @@ def _add_ttft_split(table: Table, split: dict) -> None:
             continue  # streamed: TTFT holds no decode
         table.add_row(f"    {part.replace('_', ' ')}",
                       "  ".join(f"{stat} {fmt(split[f'{stat}_ms'][part])}" for stat in ("mean", "p50", "p99")))
-
-
-def load_run(path: str) -> dict:
-    """One saved run; ValueError naming the file when it is unreadable or not a results object."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            run = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
-    if not isinstance(run, dict):
-        raise ValueError(f"{path} is not a loadgen results file (--output): its JSON is a "
-                         f"{type(run).__name__}, not an object")
-    return run
-
-
-def check_kinds(runs: list[dict], paths: list[str]) -> None:
-    """ValueError naming the files when sweep files (`kind: sweep`) and single runs are mixed."""
-    sweeps = [p for run, p in zip(runs, paths, strict=True) if run.get("kind") == "sweep"]
-    if sweeps and len(sweeps) != len(runs):
-        single = [p for p in paths if p not in sweeps]
-        raise ValueError(f"cannot mix sweep files ({', '.join(sweeps)}) with single-run files "
-                         f"({', '.join(single)}); give only sweeps or only runs")
 
 
 def compare(paths: list[str], console: Console | None = None) -> Table:

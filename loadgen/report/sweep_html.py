@@ -4,10 +4,9 @@ bars from the repeats' intervals, the SLO bound and the answer marked, client-bo
 from __future__ import annotations
 
 import math
-import time
 
 from loadgen.measure.metrics import pct_key
-from loadgen.report.html import CSS, _e, _png, _table, plt
+from loadgen.report.html import TEXT_ONLY, Html, _png, join, page, plt, table, tag
 from loadgen.report.sweep_tables import NAMES, TABLE_KEYS, cell
 
 #: The Pareto plots: (latency name in the keys, SLO field bounding it, axis label).
@@ -17,32 +16,31 @@ CURVES = (("ttft", "ttft_ms", "TTFT"), ("tpot", "tpot_ms", "TPOT"), ("e2e_latenc
 def render_sweeps(sweeps: list[dict], labels: list[str]) -> str:
     """The whole page for sweep files, named by `labels` in the same order."""
     colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(sweeps))]
-    parts = [_answers(sweeps, labels), "<h2>Throughput vs latency (Pareto)</h2>",
-             f"<img alt='Pareto' src='{_pareto(sweeps, labels, colors)}'>",
-             "<p class='note'>y: output tok/s, x: the latency percentile the SLO uses (p99 unless "
-             "--slo-percentile), each point labelled with its concurrency or rate; bars: 95% "
-             "t-intervals over repeats; red x: client-bound (not used); star: highest passing; "
-             "dashed: the SLO bound.</p>"]
+    with plt.rc_context(TEXT_ONLY):
+        pareto = _pareto(sweeps, labels, colors)
+    parts = [_answers(sweeps, labels), Html("<h2>Throughput vs latency (Pareto)</h2>"),
+             tag("<img alt='Pareto' src='{}'>", pareto),
+             Html("<p class='note'>y: output tok/s, x: the latency percentile the SLO uses (p99 unless "
+                  "--slo-percentile), each point labelled with its concurrency or rate; bars: 95% "
+                  "t-intervals over repeats; red x: client-bound (not used); star: highest passing; "
+                  "dashed: the SLO bound.</p>")]
     parts += [_points(sweep, label) for sweep, label in zip(sweeps, labels, strict=True)]
-    title = "loadgen sweep report: " + ", ".join(labels)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{CSS}</style></head><body>\n<h1>{_e(title)}</h1>\n" + "\n".join(parts)
-            + f"\n<p class='note'>made by loadgen report, {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}"
-            "</p>\n</body></html>\n")
+    return page("loadgen sweep report: " + ", ".join(labels), parts)
 
 
-def _answers(sweeps: list[dict], labels: list[str]) -> str:
-    out = ["<h2>SLO answer</h2><ul>"]
+def _answers(sweeps: list[dict], labels: list[str]) -> Html:
+    out = [Html("<h2>SLO answer</h2><ul>")]
     for sweep, label in zip(sweeps, labels, strict=True):
         answer = sweep.get("answer")
         text = answer["text"] if answer else "no --slo given: no answer"
         stop = sweep.get("early_stop") or {}
         if stop.get("stopped_at") is not None:
-            text += f". Early stop at {stop['stopped_at']:g} ({stop['reason']}); not run: {stop['not_run']}"
-        out.append(f"<li><b>{_e(label)}</b>: {_e(text)}</li>")
-    rules = (sweeps[0].get("rules") or {})
-    out.append("</ul><p class='note'>" + "<br>".join(_e(f"{k}: {v}") for k, v in rules.items()) + "</p>")
-    return "".join(out)
+            text += (f". Early stop at {stop['stopped_at']:g} ({stop.get('reason')}); "
+                     f"not run: {stop.get('not_run')}")
+        out.append(tag("<li><b>{}</b>: {}</li>", label, text))
+    rules = sweeps[0].get("rules") or {}
+    notes = join((f"{k}: {v}" for k, v in rules.items()), "<br>")
+    return join([*out, tag("</ul><p class='note'>{}</p>", notes)])
 
 
 def _num(value) -> float:
@@ -72,7 +70,7 @@ def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
                         ls="-", capsize=3, label=label)
             for p, r in zip(pts, rows, strict=True):
                 ax.annotate(f"{p['value']:g}", (r[0], r[1]), textcoords="offset points", xytext=(4, 4), fontsize=8)
-                if p["client_bound"]:
+                if p.get("client_bound"):
                     ax.plot(r[0], r[1], "x", color="red", ms=12, mew=2)
             best = (sweep.get("answer") or {}).get("highest_passing")
             for p, r in zip(pts, rows, strict=True):
@@ -89,18 +87,22 @@ def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
     return _png(fig)
 
 
-def _points(sweep: dict, label: str) -> str:
+def _verdict(slo: dict | None) -> Html:
+    if slo is None:
+        return Html("-")
+    return {"pass": Html("<span class='good'>pass</span>"), "fail": Html("<span class='bad'>FAIL</span>")}.get(
+        slo["verdict"]) or tag("<span class='note'>{}</span>", slo["verdict"])
+
+
+def _points(sweep: dict, label: str) -> Html:
     keys = [k for k in TABLE_KEYS if any((p["metrics"].get(k) or {}).get("mean") is not None for p in sweep["points"])]
-    head = [_e(sweep["variable"])] + [_e(NAMES[k]) for k in keys] + ["SLO", "marks"]
+    head = [sweep["variable"]] + [NAMES[k] for k in keys] + ["SLO", "marks"]
     rows = []
     for p in sweep["points"]:
-        slo = p.get("slo")
-        verdict = "-" if slo is None else {"pass": "<span class='good'>pass</span>",
-                                           "fail": "<span class='bad'>FAIL</span>"}.get(
-            slo["verdict"], f"<span class='note'>{_e(slo['verdict'])}</span>")
-        marks = [m for m, on in (("client-bound: not used", p["client_bound"]), ("search point", p["phase"] == "search"),
+        marks = [m for m, on in (("client-bound: not used", p.get("client_bound")),
+                                 ("search point", p.get("phase") == "search"),
                                  ("over-saturated", (p.get("saturation") or {}).get("stop"))) if on]
-        rows.append([f"{p['value']:g}"] + [_e(cell(p["metrics"].get(k))) for k in keys]
-                    + [verdict, _e(", ".join(marks))])
-    return (f"<h2>Points: {_e(label)}</h2><p class='note'>{sweep['repeats']} repeat(s) per point; "
-            "mean ± 95% t-interval half-width</p>" + _table(head, rows))
+        rows.append([f"{p['value']:g}"] + [cell(p["metrics"].get(k)) for k in keys]
+                    + [_verdict(p.get("slo")), ", ".join(marks)])
+    return join([tag("<h2>Points: {}</h2><p class='note'>{} repeat(s) per point; mean ± 95% t-interval "
+                     "half-width</p>", label, sweep["repeats"]), table(head, rows)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,32 +13,15 @@ import pytest
 
 from loadgen.selftest.testserver import SCRIPTED_TIMING
 
-CHROMIUM_INSTALL = "apt-get update && apt-get install -y chromium"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run")
 HEADINGS = ("Runs", "Summary", "Client health", "Plots", "Output throughput and requests in flight",
             "TTFT and ITL over time", "Latency distributions (CDF)", "Server queue and KV cache",
             "TTFT split (mean ms)", "Server vs client", "Flags (config)", "Machine (environment)")
 NETWORK_REF = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    """The headless Chromium binary; a failure (not a skip) when it is missing."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    pytest.fail(f"Chromium is required for the report page test; install it with `{CHROMIUM_INSTALL}`")
-
-
 def _loadgen(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
                           timeout=120)
-
-
-def _chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=180)
 
 
 def _quantiles(scale: float) -> dict:
@@ -121,12 +103,11 @@ def test_page_in_chromium_shows_every_plot(page: Path, chromium: str, tmp_path):
     import matplotlib.image
 
     shot = tmp_path / "page.png"
-    proc = _chromium(chromium, tmp_path / "profile", "--window-size=1200,3000", f"--screenshot={shot}",
-                     page.as_uri())
+    proc = chromium(tmp_path / "profile", "--window-size=1200,3000", f"--screenshot={shot}", page.as_uri())
     assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", proc.stderr[-2000:]
     pixels = matplotlib.image.imread(str(shot))[..., :3].reshape(-1, 3)
     assert len({tuple(p) for p in pixels[::7].round(2).tolist()}) > 50, "the screenshot looks blank"
-    dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri()).stdout
+    dom = chromium(tmp_path / "profile", "--dump-dom", page.as_uri()).stdout
     images = re.findall(r"<img [^>]*>", dom)
     assert len(images) == 5
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', img) for img in images), images

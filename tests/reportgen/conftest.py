@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 import sys
@@ -24,10 +25,12 @@ def torch_engine_listed() -> bool:
     return "torch" in help_text.partition("--engine")[2].partition("\n")[0]
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """``python -m reportgen ARGS`` as a subprocess."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 900,
+            max_memory: int | None = None) -> subprocess.CompletedProcess:
+    """``python -m reportgen ARGS`` as a subprocess (its address space capped at ``max_memory``)."""
+    cap = None if max_memory is None else lambda: resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
     return subprocess.run([sys.executable, "-m", "reportgen", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, timeout=timeout, preexec_fn=cap)
 
 
 @pytest.fixture(scope="session", params=sorted(SCENARIOS))

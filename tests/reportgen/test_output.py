@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from reportgen import output
 from tests.reportgen.conftest import run_cli
+
+#: A reportgen child refused a hostile file maps far less; the old reader grew past this on /dev/zero.
+HOSTILE_MEMORY = 3 * 2**30
 
 
 def _fake_report(directory: Path, scenario: str) -> Path:
@@ -82,3 +86,56 @@ def test_bench_refuses_a_foreign_directory(tmp_path: Path):
     (tmp_path / "notes.md").write_text("mine")
     proc = run_cli("bench", "--out-dir", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and "notes.md" in proc.stderr
+
+
+def _hostile_summaries(folder: Path) -> dict[str, Path]:
+    """Directories whose summary.json is /dev/zero, a FIFO, or JSON nested past any bound, by name."""
+    made = {}
+    for name in ("dev-zero", "fifo", "deep"):
+        made[name] = folder / name
+        made[name].mkdir()
+    (made["dev-zero"] / "summary.json").symlink_to("/dev/zero")
+    os.mkfifo(made["fifo"] / "summary.json")
+    (made["deep"] / "summary.json").write_text('{"scenario": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return made
+
+
+def test_run_refuses_an_out_dir_whose_summary_is_not_a_file_at_parse_time(tmp_path: Path):
+    for name, out_dir in _hostile_summaries(tmp_path).items():
+        proc = run_cli("run", "storm", "--scale", "0.05", "--out-dir", str(out_dir), timeout=120,
+                       max_memory=HOSTILE_MEMORY)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (name, proc.stderr[-800:])
+        error = proc.stderr.strip().splitlines()[-1]
+        assert "no readable summary.json" in error and str(out_dir) in error, (name, error)
+
+
+def test_table_names_a_summary_that_is_not_a_file_in_one_line(tmp_path: Path):
+    for name, made in _hostile_summaries(tmp_path).items():
+        reports = tmp_path / f"reports-{name}"
+        reports.mkdir()
+        made.rename(reports / "storm")
+        proc = run_cli("table", "--reports-dir", str(reports), timeout=120, max_memory=HOSTILE_MEMORY)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, (name, proc.stderr[-800:])
+        assert "storm/summary.json" in lines[0], (name, lines[0])
+
+
+def test_bench_never_writes_through_a_planted_link(tmp_path: Path):
+    from reportgen import bench
+
+    out, victims = tmp_path / "bench", tmp_path / "victims"
+    out.mkdir()
+    victims.mkdir()
+    (victims / "summary.json").write_text(json.dumps({"scenario": "bench", "keep": "me"}))
+    (victims / "notes.md").write_text("keep me")
+    (out / "summary.json").symlink_to(victims / "summary.json")
+    (out / "README.md").symlink_to(victims / "notes.md")
+    data = {"scenario": "bench", "h5_regime": {}, "h3_growth": {"command": "python -m benchmarks.h3_growth",
+                                                                "rows": []}}
+    assert bench.save(data, out) == out
+    assert (victims / "notes.md").read_text() == "keep me"
+    assert json.loads((victims / "summary.json").read_text())["keep"] == "me"
+    assert not (out / "README.md").is_symlink() and not (out / "summary.json").is_symlink()
+    assert (out / "README.md").read_text() == bench.readme(data)
+    assert json.loads((out / "summary.json").read_text()) == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench", "victims"]  # nothing left aside

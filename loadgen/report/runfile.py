@@ -1,0 +1,193 @@
+"""Saved run and sweep files read back for `loadgen report` and `loadgen compare`.
+
+A file is read with the bounded reader (`jsonfile.read_json`), then every field that `report` or
+`compare` reads is checked against the type they expect, so a file with a field of the wrong type is
+one line naming the file and the field, never a traceback. Fields they do not read are not checked;
+any field may be missing or null (older files lack some) unless marked `Req`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadgen.report.jsonfile import read_json
+
+SWEEP_VARIABLES = ("concurrency", "request_rate")
+#: No count, rate, time or latency a run measures comes near this; past it matplotlib cannot draw an axis.
+MAX_NUMBER = 1e15
+_PLAIN_KEY = re.compile(r"[\w.%-]{1,60}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A leaf type: its name in messages and its test."""
+
+    name: str
+    test: Callable[[object], bool]
+
+
+@dataclass(frozen=True)
+class Req:
+    """A field that must be present and not null."""
+
+    spec: object
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """An object with any keys, each value of `spec`."""
+
+    spec: object
+
+
+@dataclass(frozen=True)
+class Opt:
+    """A list item or map value that may be null."""
+
+    spec: object
+
+
+def _is_num(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= MAX_NUMBER
+
+
+def _is_interval(value) -> bool:
+    """`{mean, low, high}` as `sweep.stats.interval` writes it: low and high both null, or numbers
+    with low <= mean <= high."""
+    if not isinstance(value, dict) or not _is_num(mean := value.get("mean")):
+        return False
+    low, high = value.get("low"), value.get("high")
+    return (low is None and high is None) or (_is_num(low) and _is_num(high) and low <= mean <= high)
+
+
+NUM = Kind(f"a number within ±{MAX_NUMBER:g}", _is_num)
+STR = Kind("a string", lambda v: isinstance(v, str))
+BOOL = Kind("true or false", lambda v: isinstance(v, bool))
+OBJECT = Kind("an object", lambda v: isinstance(v, dict))
+INTERVAL = Kind("an interval (a number mean; low and high null, or numbers around the mean)", _is_interval)
+VARIABLE = Kind(" or ".join(SWEEP_VARIABLES), lambda v: v in SWEEP_VARIABLES)
+
+#: Flat keys `report` and `compare` show as numbers.
+NUMBER_KEYS = (
+    "completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "total_output_tokens_client",
+    "total_output_tokens_retokenized", "output_tokens_usage_minus_client", "request_throughput",
+    "input_throughput", "output_throughput", "total_throughput", "max_output_tokens_per_s", "concurrency",
+    "max_concurrent_requests", "request_goodput",
+    *(f"{stat}_{name}_ms" for stat in ("mean", "median", "p99")
+      for name in ("ttft", "tpot", "itl", "e2e_latency")),
+)
+QUANTILES = {"p50": NUM, "p99": NUM}
+RUN = {
+    **dict.fromkeys(NUMBER_KEYS, NUM),
+    **dict.fromkeys(("label", "kind", "date", "base_url", "model_id", "backend", "transport",
+                     "loadgen_version", "output_tokens_per_event_source"), STR),
+    "client_bound": BOOL, "config": OBJECT, "environment": OBJECT,
+    "summary": {
+        "client_health": {"client_bound_reasons": [STR], "client_health_notes": [STR]},
+        "server_vs_client": {"rows": [{"name": STR, "server": NUM, "client": NUM, "ratio": NUM}],
+                             "margin": NUM, "notes": [STR]},
+        "ttft_split": {"requests": NUM, **{f"{stat}_ms": MapOf(Opt(NUM)) for stat in ("mean", "p50", "p99")}},
+    },
+    "timeline": {"interval_s": NUM, "steady_state": {"start_s": NUM, "end_s": NUM},
+                 "buckets": [{"t_s": NUM, "output_tok_s": NUM, "in_flight": NUM, "ttft_ms": QUANTILES,
+                              "itl_ms": QUANTILES}]},
+    "cdf": MapOf([[NUM]]),
+    "server_metrics": {"status": STR, "series": {"t_s": [NUM], "running": [Opt(NUM)], "waiting": [Opt(NUM)],
+                                                 "kv_usage": [Opt(NUM)]}},
+}
+POINT = {"value": Req(NUM), "phase": STR, "client_bound": BOOL, "metrics": Req(MapOf(Opt(INTERVAL))),
+         "slo": {"verdict": Req(STR)}, "saturation": {"stop": BOOL}}
+SWEEP = {
+    "kind": STR, "variable": Req(VARIABLE), "repeats": Req(NUM), "label": STR, "slo": MapOf(Opt(NUM)),
+    "slo_percentile": NUM, "rules": OBJECT, "points": Req([POINT]),
+    "early_stop": {"stopped_at": NUM, "reason": STR, "not_run": [NUM]},
+    "answer": {"text": Req(STR), "highest_passing": NUM, "bracket": [Opt(NUM)]},
+}
+
+
+class FieldError(ValueError):
+    """A field of the wrong type; the message says where (`summary.ttft_split.mean_ms`) and what."""
+
+
+def load_run(path: str) -> dict:
+    """One saved run or sweep file, read bounded and checked; ValueError naming the file otherwise."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a loadgen results file (--output): its JSON is "
+                         f"{_json_kind(data)}, not an object")
+    try:
+        check(data, SWEEP if data.get("kind") == "sweep" else RUN)
+        if data.get("kind") == "sweep" and not data["points"]:
+            raise FieldError("points is empty: the sweep finished no point")
+    except FieldError as exc:
+        raise ValueError(f"{path} is not a loadgen {_kind_name(data)} file: {exc}") from None
+    return data
+
+
+def check_kinds(runs: list[dict], paths: list[str]) -> None:
+    """ValueError naming the files when sweep files (`kind: sweep`) and single runs are mixed."""
+    sweeps = [p for run, p in zip(runs, paths, strict=True) if run.get("kind") == "sweep"]
+    if sweeps and len(sweeps) != len(runs):
+        single = [p for p in paths if p not in sweeps]
+        raise ValueError(f"cannot mix sweep files ({', '.join(sweeps)}) with single-run files "
+                         f"({', '.join(single)}); give only sweeps or only runs")
+
+
+def check(value, spec, where: str = "") -> None:
+    """FieldError unless `value` fits `spec`: a Kind, an object (dict of field specs), a list ([spec]),
+    MapOf, Opt or Req."""
+    if isinstance(spec, Req | Opt):
+        if value is None and isinstance(spec, Opt):
+            return
+        spec = spec.spec
+    if isinstance(spec, Kind):
+        if not spec.test(value):
+            raise FieldError(f"{where or 'the file'} is {_json_kind(value)}, expected {spec.name}")
+    elif isinstance(spec, list):
+        _expect(value, list, "a list", where)
+        for i, item in enumerate(value):
+            check(item, spec[0], f"{where}[{i}]")
+    elif isinstance(spec, MapOf):
+        _expect(value, dict, "an object", where)
+        for key, item in value.items():
+            check(item, spec.spec, _join(where, key))
+    else:
+        _expect(value, dict, "an object", where)
+        for key, field in spec.items():
+            if value.get(key) is not None:
+                check(value[key], field, _join(where, key))
+            elif isinstance(field, Req):
+                raise FieldError(f"{_join(where, key)} is missing")
+
+
+def _expect(value, kind: type, name: str, where: str) -> None:
+    if not isinstance(value, kind):
+        raise FieldError(f"{where or 'the file'} is {_json_kind(value)}, expected {name}")
+
+
+def _join(where: str, key: str) -> str:
+    """`where.key`; a key that is not a plain name is quoted (and cut), so the message stays one line."""
+    if not _PLAIN_KEY.fullmatch(key):
+        key = json.dumps(key[:40] + ("..." if len(key) > 40 else ""))
+    return f"{where}.{key}" if where else key
+
+
+def _kind_name(data: dict) -> str:
+    return "sweep" if data.get("kind") == "sweep" else "results"
+
+
+def _json_kind(value) -> str:
+    """A value's JSON type, as a message says it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"the number {value:g}"
+    for kind, name in ((str, "a string"), (list, "a list"), (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
