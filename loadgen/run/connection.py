@@ -337,6 +337,8 @@ class Connection:
             self.floor_ns = loop_ns
         if self._tls is not None:
             self._tls_received(data)
+        elif self.body is not None:
+            self._feed(data)  # NOTE: inside a body, the common case: no head checks
         else:
             self.data_received(data)
 
