@@ -145,13 +145,42 @@ def _verdict(bound) -> Html:
 
 def _verdicts(runs: list[dict], labels: list[str]) -> Html:
     out = [Html("<h2>Client health</h2><ul>")]
-    for run, label in zip(runs, labels, strict=True):
-        health = _dict(_dict(run.get("summary")).get("client_health"))
+    healths = [_dict(_dict(run.get("summary")).get("client_health")) for run in runs]
+    for run, label, health in zip(runs, labels, healths, strict=True):
         reasons = "; ".join(health.get("client_bound_reasons") or [])
+        cause = health.get("client_bound_cause")
         notes = join(tag("<br><span class='note'>{}</span>", n) for n in health.get("client_health_notes") or [])
-        out.append(tag("<li><b>{}</b>: {}{}{}</li>", label, _verdict(run.get("client_bound")),
-                       tag(" ({})", reasons) if reasons else "", notes))
-    return join([*out, Html("</ul>")])
+        out.append(tag("<li><b>{}</b>: {}{}{}{}</li>", label, _verdict(run.get("client_bound")),
+                       tag(" ({})", reasons) if reasons else "", tag("<br>cause: {}", cause) if cause else "",
+                       notes))
+    return join([*out, Html("</ul>"), _stamps_table(healths, labels)])
+
+
+def _pct(value) -> str:
+    return "-" if not isinstance(value, int | float) or isinstance(value, bool) else f"{value:.1%}"
+
+
+def _stamps_table(healths: list[dict], labels: list[str]) -> Html:
+    """Where the times came from and how exact they were, per run (see loadgen/README.md, "Client health")."""
+    delay = [_dict(h.get("client_delay")) for h in healths]
+    refill = [_dict(h.get("refill")) for h in healths]
+    workers = [[_dict(w) for w in h.get("workers") or [] if isinstance(w, dict)] for h in healths]
+    rows = [
+        ["stamps"] + [h.get("stamp_source", "loop") for h in healths],
+        ["client delay, loop - kernel, median / p99 / max (ms)"]
+        + [" / ".join(fmt(d.get(k)) for k in ("p50_ms", "p99_ms", "max_ms")) if d else "-" for d in delay],
+        ["reads"] + [_cell(d.get("reads")) for d in delay],
+        ["events sharing a read with later bytes"] + [_pct(h.get("coalesced_share")) for h in healths],
+        ["events possibly > 2 ms late"] + [_pct(h.get("uncertain_event_share")) for h in healths],
+        ["TTFT exact (requests)"] + [_pct(h.get("ttft_exact_share")) for h in healths],
+        ["TTFT uncertainty p99 / tolerance (ms)"]
+        + [f"{fmt(h.get('ttft_uncertainty_p99_ms'))} / {fmt(h.get('ttft_tolerance_ms'))}" for h in healths],
+        ["refill lag p99 (ms), slots empty"]
+        + [f"{fmt(r.get('refill_lag_p99_ms'))}, {_pct(r.get('idle_share'))}" if r else "-" for r in refill],
+        ["waited for a CPU (share of the run, per worker)"]
+        + [", ".join(_pct(w.get("run_wait_share")) for w in ws) or "-" for ws in workers],
+    ]
+    return join([Html("<h3>Where the times come from</h3>"), table(["", *labels], rows)])
 
 
 def _flags_and_machine(runs: list[dict], labels: list[str]) -> Html:

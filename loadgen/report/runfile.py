@@ -80,13 +80,22 @@ NUMBER_KEYS = (
       for name in ("ttft", "tpot", "itl", "e2e_latency")),
 )
 QUANTILES = {"p50": NUM, "p99": NUM}
+#: The client verdict's figures `report` shows (see measure/client_health.py).
+HEALTH_NUMBERS = ("coalesced_share", "uncertain_event_share", "ttft_exact_share", "ttft_uncertainty_p99_ms",
+                  "ttft_uncertainty_max_ms", "ttft_tolerance_ms", "clock_steps", "max_clock_step_ms")
 RUN = {
     **dict.fromkeys(NUMBER_KEYS, NUM),
     **dict.fromkeys(("label", "kind", "date", "base_url", "model_id", "backend", "transport",
                      "loadgen_version", "output_tokens_per_event_source"), STR),
     "client_bound": BOOL, "config": OBJECT, "environment": OBJECT,
     "summary": {
-        "client_health": {"client_bound_reasons": [STR], "client_health_notes": [STR]},
+        "client_health": {"client_bound_reasons": [STR], "client_health_notes": [STR], "client_bound_cause": STR,
+                          "stamp_source": STR, **dict.fromkeys(HEALTH_NUMBERS, NUM),
+                          "client_delay": {"reads": NUM, "mean_ms": NUM, "p50_ms": NUM, "p99_ms": NUM, "max_ms": NUM},
+                          "drain": {"full_reads": NUM, "window_full_reads": NUM, "max_queued_bytes": NUM},
+                          "refill": {"refill_lag_p50_ms": NUM, "refill_lag_p99_ms": NUM, "idle_share": NUM},
+                          "workers": [{"worker": NUM, "cpu_share": NUM, "run_wait_share": NUM,
+                                       "run_wait_p99_ms": NUM, "involuntary_switches": NUM}]},
         "server_vs_client": {"rows": [{"name": STR, "server": NUM, "client": NUM, "ratio": NUM}],
                              "margin": NUM, "notes": [STR]},
         "ttft_split": {"requests": NUM, **{f"{stat}_ms": MapOf(Opt(NUM)) for stat in ("mean", "p50", "p99")}},

@@ -13,7 +13,7 @@ import pytest
 
 from loadgen.selftest.testserver import SCRIPTED_TIMING
 
-HEADINGS = ("Runs", "Summary", "Client health", "Plots", "Output throughput and requests in flight",
+HEADINGS = ("Runs", "Summary", "Client health", "Where the times come from", "Plots", "Output throughput and requests in flight",
             "TTFT and ITL over time", "Latency distributions (CDF)", "Server queue and KV cache",
             "TTFT split (mean ms)", "Server vs client", "Flags (config)", "Machine (environment)")
 NETWORK_REF = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
@@ -50,7 +50,17 @@ def _run(label: str, scale: float, client_bound: bool) -> dict:
         "environment": {"python": "3.11.2", "cpu_count": 2, "loadgen_version": "0.1.0"},
         "summary": {
             "client_health": {"client_bound_reasons": ["worker 0 cpu 97%"] if client_bound else [],
-                              "client_health_notes": []},
+                              "client_health_notes": [],
+                              "client_bound_cause": "the machine is busy: worker 0 waited" if client_bound else None,
+                              "stamp_source": "kernel", "coalesced_share": 0.125 * scale,
+                              "uncertain_event_share": 0.0, "ttft_exact_share": 0.5 + 0.25 * scale,
+                              "ttft_uncertainty_p99_ms": 1.25 * scale, "ttft_tolerance_ms": 2.0,
+                              "client_delay": {"reads": 4321, "mean_ms": 1.0, "p50_ms": 0.5 * scale,
+                                               "p99_ms": 12.5 * scale, "max_ms": 40.0},
+                              "refill": {"refill_lag_p50_ms": 0.2, "refill_lag_p99_ms": 3.5 * scale,
+                                         "idle_share": 0.01},
+                              "workers": [{"worker": 0, "cpu_share": 0.5, "run_wait_share": 0.31,
+                                           "run_wait_p99_ms": 9.0, "involuntary_switches": 12}]},
             "server_vs_client": {"rows": [{"name": "output tokens", "server": 9600, "client": 9504,
                                            "ratio": 1.0101}],
                                  "margin": 0.05, "notes": [f"{label}: server counted EOS tokens"]},
@@ -97,6 +107,11 @@ def test_page_has_labels_summary_verdict_and_notes_and_no_network(page: Path):
     assert "alpha-run: server counted EOS tokens" in text and "beta-run: server counted EOS tokens" in text
     assert "tiny-llama" in text and "http://127.0.0.1:30000" in text
     assert text.count("<img ") == 5
+    # where the times came from and how exact: stamps, client delay, shares, TTFT bound, CPU wait
+    assert "cause: the machine is busy: worker 0 waited" in text
+    assert "0.50 / 12.50 / 40.00" in text and "0.75 / 18.75 / 40.00" in text  # client delay per run
+    assert "12.5%" in text and "18.8%" in text and "75.0%" in text and "31.0%" in text
+    assert "1.25 / 2.00" in text and "3.50, 1.0%" in text
 
 
 def test_page_in_chromium_shows_every_plot(page: Path, chromium: str, tmp_path):
