@@ -16,6 +16,7 @@ httpx's client layers (auth, redirects, cookies, response wrapping), about 40 µ
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import ssl
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                  max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES, kernel_stamps: bool = True,
                  verify: bool | ssl.SSLContext = True) -> None:
         self._idle: dict[tuple, list[Connection]] = {}
-        self._addresses: dict[tuple[str, int], list[tuple]] = {}
+        self._addresses: dict[tuple[str, int], asyncio.Future] = {}
         self._verify = verify
         self._ssl_context: ssl.SSLContext | None = None
         self._max_body_bytes = max_body_bytes
@@ -155,13 +156,33 @@ class LeanTransport(httpx.AsyncBaseTransport):
             raise
         return sock, tls
 
+    async def _addresses_of(self, host: str, port: int) -> list[tuple]:
+        """The addresses of `host`, resolved once per target (concurrent first connections share one
+        lookup; a numeric address needs none: no thread per connection in a burst of 2048)."""
+        key = (host, port)
+        if (lookup := self._addresses.get(key)) is None:
+            lookup = self._addresses[key] = asyncio.ensure_future(self._resolve(host, port))
+        try:
+            return await asyncio.shield(lookup)
+        except OSError:
+            if self._addresses.get(key) is lookup:
+                del self._addresses[key]  # NOTE: a failed lookup is tried again by the next connection
+            raise
+
+    @staticmethod
+    async def _resolve(host: str, port: int) -> list[tuple]:
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))]
+
     async def _open_socket(self, host: str, port: int) -> socket.socket:
         loop = asyncio.get_running_loop()
         try:
-            if (host, port) not in self._addresses:
-                self._addresses[host, port] = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             error: OSError = OSError("no address")
-            for family, kind, proto, _, address in self._addresses[host, port]:
+            for family, kind, proto, _, address in await self._addresses_of(host, port):
                 sock = socket.socket(family, kind, proto)
                 try:
                     sock.setblocking(False)

@@ -1,10 +1,14 @@
-"""Self-benchmark: what loadgen's client costs per streamed event, next to the server's truth.
+"""Self-benchmark: what loadgen's client costs per streamed event, and how true its stamps are.
 
-`python -m loadgen.selftest.selfbench [--guidellm /tmp/guidellm-venv/bin/guidellm]` starts the scripted
-server (loadgen.selftest.testserver) pinned to one core, runs loadgen pinned to another at 256 and 2048
-streams in "paced" mode (one token per stream every 20 ms) and "flood" mode (all tokens at once,
-one write per token), and prints client CPU per event, events per second, reported versus true TTFT and ITL, and the
-client-bound verdict. With `--guidellm` the peer runs against the same server in the same run.
+`python -m loadgen.selftest.selfbench [--hog] [--aiperf PATH] [--guidellm PATH] [--aiohttp]` starts
+the scripted server (loadgen.selftest.testserver, `--truth-stamps`) pinned to one core and runs
+loadgen pinned to another, once per `--stamps` source (kernel, loop), at 256 and 2048 streams in
+"paced" mode (one token per stream every 20 ms) and "flood" mode (all tokens at once, one write per
+token). Each run prints client CPU per event, events per second, and its stamps against the
+server's write times of the same requests (the wire truth: TTFT = first write − the send, ITL =
+gaps between writes, every event's stamp error, and how often a TTFT bound did not hold), with the
+client verdict, its reasons and cause. `--hog` pins a busy loop to the client's core during each
+scenario. The peers (AIPerf, guidellm, bare aiohttp) run against the same server in the same run.
 `--scenarios burst:256` adds "burst" mode: all of a response's tokens in one write, so the one-core
 server is no longer the limit (in flood it writes ~130 k events/s and a fast client waits on it).
 """
