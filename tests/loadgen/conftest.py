@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +64,18 @@ def start_hostile_metrics():
         proc.kill()
         proc.wait(timeout=10)
         proc.stdout.close()
+
+
+def _terminal_sigint() -> None:
+    # NOTE: a shell's background jobs (CI scripts started with `&`) run with SIGINT ignored and a
+    # child inherits that, so Python would never raise KeyboardInterrupt: restore it as in a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def popen_ctrl_c() -> Callable[..., subprocess.Popen]:
+    """`subprocess.Popen` whose child takes Ctrl-C (SIGINT) as it would in a terminal."""
+    return functools.partial(subprocess.Popen, preexec_fn=_terminal_sigint)
 
 
 @pytest.fixture

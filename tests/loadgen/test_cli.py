@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 
@@ -42,14 +41,11 @@ def test_output_json_has_the_documented_keys(start_server, tmp_path):
     assert len(rows) == 12 and all(len(r["chunk_ms"]) == r["output_tokens"] for r in rows)
 
 
-def test_sigint_writes_partial_results(start_server, tmp_path):
+def test_sigint_writes_partial_results(start_server, popen_ctrl_c, tmp_path):
     server = start_server("--ttft-ms", "5", "--gap-ms", "5")
     out = tmp_path / "partial.json"
-    # NOTE: SIGINT as in a terminal: a shell's background jobs (CI scripts started with `&`) run
-    # with SIGINT ignored, and a child inherits that, so Python would never raise KeyboardInterrupt.
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen", *_flags(
-        server.base_url, "--concurrency", "16", "--duration", "60", "--workers", "2", "--output", str(out))],
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = popen_ctrl_c([sys.executable, "-m", "loadgen", *_flags(
+        server.base_url, "--concurrency", "16", "--duration", "60", "--workers", "2", "--output", str(out))])
     # NOTE: Ctrl-C once requests are flowing, however long a busy machine takes to get there.
     deadline = time.monotonic() + 50
     while httpx.get(server.base_url + "/stats", timeout=10).json()["num_requests"] < 32:

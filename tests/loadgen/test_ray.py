@@ -210,16 +210,14 @@ def _cmdline(pid: int) -> list[str]:
 
 
 @pytest.mark.timeout(180)
-def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, tmp_path):
+def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, popen_ctrl_c, tmp_path):
     server = start_server("--ttft-ms", "5", "--gap-ms", "5")
     out = tmp_path / "partial.json"
-    # NOTE: SIGINT as in a terminal (a background job's children inherit SIGINT ignored).
-    proc = subprocess.Popen(
+    proc = popen_ctrl_c(
         [sys.executable, "-m", "loadgen", "--base-url", server.base_url, "--model", "m", "--quiet",
          "--no-server-metrics", "--random-input-len", "8", "--random-output-len", "8",
          "--concurrency", "16", "--duration", "90", "--ray-address", "local", "--workers", "2",
-         "--output", str(out)],
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+         "--output", str(out)])
     deadline = time.monotonic() + 120
     while httpx.get(server.base_url + "/stats", timeout=10).json()["num_requests"] < 64:
         assert time.monotonic() < deadline and proc.poll() is None, "loadgen sent no requests"

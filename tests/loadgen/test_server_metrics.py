@@ -296,12 +296,12 @@ def _interrupt_at_scrape(peer, loadgen: subprocess.Popen, n: int) -> None:
     raise AssertionError(f"the peer ended before scrape {n}")
 
 
-def test_ctrl_c_in_the_last_scrape_keeps_the_finished_load(start_hostile_metrics, tmp_path):
+def test_ctrl_c_in_the_last_scrape_keeps_the_finished_load(start_hostile_metrics, popen_ctrl_c, tmp_path):
     # The load ends before the thread's first scrape (60 s): scrape 2 is stop()'s, and it drips.
     peer, url = start_hostile_metrics("--metrics", "drip", "--from-scrape", "2")
     out = tmp_path / "r.json"
-    loadgen = subprocess.Popen(_loadgen(url, out, "--server-metrics-interval", "60"),
-                               stderr=subprocess.PIPE, text=True)
+    loadgen = popen_ctrl_c(_loadgen(url, out, "--server-metrics-interval", "60"),
+                           stderr=subprocess.PIPE, text=True)
     _interrupt_at_scrape(peer, loadgen, 2)
     _, stderr = loadgen.communicate(timeout=120)
     assert loadgen.returncode == 130 and "Traceback" not in stderr, stderr
@@ -310,10 +310,10 @@ def test_ctrl_c_in_the_last_scrape_keeps_the_finished_load(start_hostile_metrics
     assert (data["server_metrics"]["status"], data["server_metrics"]["scrapes"]) == ("ok", 1)
 
 
-def test_ctrl_c_in_the_baseline_scrape_is_one_line_and_exit_130(start_hostile_metrics, tmp_path):
+def test_ctrl_c_in_the_baseline_scrape_is_one_line_and_exit_130(start_hostile_metrics, popen_ctrl_c, tmp_path):
     peer, url = start_hostile_metrics("--metrics", "drip")
     out = tmp_path / "r.json"
-    loadgen = subprocess.Popen(_loadgen(url, out), stderr=subprocess.PIPE, text=True)
+    loadgen = popen_ctrl_c(_loadgen(url, out), stderr=subprocess.PIPE, text=True)
     _interrupt_at_scrape(peer, loadgen, 1)
     _, stderr = loadgen.communicate(timeout=120)
     assert loadgen.returncode == 130
