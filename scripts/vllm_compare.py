@@ -3,13 +3,16 @@
     python scripts/vllm_compare.py                       # C = 32 and 128, 3 pairs each
     python scripts/vllm_compare.py --loadgen-ref 1ff7288 # also an older loadgen, in the same rotation
     python scripts/vllm_compare.py --show-requests       # both clients' request bytes, side by side
+    python scripts/vllm_compare.py --dataset random      # each client builds its own prompts from --seed 0
 
 Installs vLLM's CPU build and a tiny random Llama from ../shared/peers/vllm-cpu/recipe.sh when
 `--peer-dir` lacks them (about 2 min, 3.4 GB), serves it pinned to `--server-cpu` with prefix
 caching off, and writes `--prompts-per-stream` x C prompts with vLLM's own RandomDataset (seed 0)
 to a JSONL file. `vllm bench serve --dataset-name custom --skip-chat-template --disable-shuffle`
 and `loadgen --dataset custom --disable-shuffle` then send that file's prompts in the same order,
-both pinned to `--client-cpu`. The order of the clients rotates from pair to pair, so neither
+both pinned to `--client-cpu`. With `--dataset random` each client builds its own random prompts
+from `--seed 0` (`loadgen --flags-from vllm --dataset-name random --tokenizer <the model's
+tokenizer.json>`), and the server's prompt-token counter shows whether they were the same. The order of the clients rotates from pair to pair, so neither
 always runs first. Each run also reads the server's own counters (vLLM's /metrics) before and
 after: engine steps, tokens per step and the server-side inter-token latency, which tell whether
 the server ran differently or the clients measure differently. Not run in CI.
@@ -39,8 +42,8 @@ from loadgen.measure.prometheus import scrape
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "..", "shared", "peers", "vllm-cpu", "recipe.sh")
 METRICS = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "mean_itl_ms",
-           "mean_tpot_ms")
-SERVER_COUNTERS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count",
+           "p99_itl_ms", "mean_tpot_ms")
+SERVER_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:iteration_tokens_total_count",
                    "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
 VLLM_FLAGS = ":vllm-flags"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -116,7 +119,8 @@ def server_view(before: dict, after: dict, duration_s: float) -> dict:
     d = {k: after[k] - before[k] for k in SERVER_COUNTERS}
     steps = d["vllm:iteration_tokens_total_count"]
     n_itl = d["vllm:inter_token_latency_seconds_count"]
-    return {"server_steps": steps, "server_gen_tokens": d["vllm:generation_tokens_total"],
+    return {"server_steps": steps, "server_prompt_tokens": d["vllm:prompt_tokens_total"],
+            "server_gen_tokens": d["vllm:generation_tokens_total"],
             "server_tokens_per_step": d["vllm:generation_tokens_total"] / steps if steps else None,
             "server_mean_itl_ms": 1e3 * d["vllm:inter_token_latency_seconds_sum"] / n_itl if n_itl else None,
             "server_steps_per_s": steps / duration_s if duration_s else None}
@@ -135,11 +139,16 @@ def write_prompts(peer: str, path: str, num: int, in_len: int, out_len: int) -> 
 def run_vllm(a, port: int, prompts: str, conc: int, num: int, out: str) -> dict:
     """One `vllm bench serve` run on the custom prompts; its result JSON."""
     d, name = os.path.dirname(out), os.path.basename(out)
+    if a.dataset == "random":
+        data = ["--dataset-name", "random", "--random-input-len", str(a.input_len),
+                "--random-output-len", str(a.output_len)]
+    else:
+        data = ["--dataset-name", "custom", "--dataset-path", prompts, "--custom-output-len", str(a.output_len),
+                "--skip-chat-template", "--disable-shuffle"]
     cmd = ["taskset", "-c", str(a.client_cpu), f"{a.peer_dir}/venv/bin/vllm", "bench", "serve",
            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", f"http://127.0.0.1:{port}",
-           "--model", f"{a.peer_dir}/tiny", "--tokenizer", f"{a.peer_dir}/tiny", "--dataset-name", "custom",
-           "--dataset-path", prompts, "--custom-output-len", str(a.output_len), "--skip-chat-template",
-           "--disable-shuffle", "--num-prompts", str(num), "--max-concurrency", str(conc), "--ignore-eos",
+           "--model", f"{a.peer_dir}/tiny", "--tokenizer", f"{a.peer_dir}/tiny", *data,
+           "--num-prompts", str(num), "--max-concurrency", str(conc), "--ignore-eos",
            "--seed", "0", "--save-result", "--result-dir", d, "--result-filename", name, "--disable-tqdm",
            "--ready-check-timeout-sec", "0"]
     _run_logged(cmd, out + ".log", ENV)
@@ -154,7 +163,7 @@ def run_loadgen(a, port: int, prompts: str, conc: int, num: int, out: str, clien
     # NOTE: `python -m` puts the working directory first on sys.path, so an older tree's loadgen
     # runs from that tree as the working directory.
     cwd = tree or ROOT
-    if client.endswith(VLLM_FLAGS):
+    if client.endswith(VLLM_FLAGS) or a.dataset == "random":
         data = ("--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len))
         data += ("--flags-from", "vllm") if _loadgen_has(cwd, "--flags-from") else ()
     elif _loadgen_has(cwd, "custom"):
@@ -209,7 +218,8 @@ def compare(a, port: int, prompts: str, out_dir: str, trees: dict[str, str | Non
 
 def print_table(rows: dict) -> None:
     """Medians over the pairs, one column per client, then each loadgen's ratio to vllm."""
-    keys = (*METRICS, "server_mean_itl_ms", "server_tokens_per_step", "server_steps_per_s")
+    keys = (*METRICS, "server_mean_itl_ms", "server_tokens_per_step", "server_steps_per_s", "server_prompt_tokens",
+            "server_gen_tokens")
     for conc, by_client in rows.items():
         clients = list(by_client)
         print(f"\nC={conc}: median over {len(by_client['vllm'])} runs each; ratios are client/vllm")
@@ -279,6 +289,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--server-cpu", type=int, default=1)
     p.add_argument("--client-cpu", type=int, default=0)
     p.add_argument("--loadgen-ref", action="append", default=[], help="also run loadgen at this git ref")
+    p.add_argument("--dataset", choices=("custom", "random"), default="custom",
+                   help="custom: both send vLLM's prompts from one file; random: each builds its own from --seed 0")
     p.add_argument("--copied-flags", action="store_true",
                    help="also run each loadgen on its own random prompts from the flags a vLLM user copies")
     p.add_argument("--out-dir", default=None)
