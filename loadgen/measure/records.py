@@ -21,6 +21,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     ttft_uncertainty_ns: int | None = None
     num_coalesced_events: int = 0  # content events that shared their read with later bytes
     num_uncertain_events: int = 0  # of those, stamps that may lie > 2 ms after arrival (kernel stamps)
+    num_empty_text_events: int = 0  # events whose token decoded to no text (token events or not: the rule says)
     slot_freed_ns: int | None = None  # concurrency mode: when the slot this request took was freed
     chunk_ns: list[int] = []
     chunk_tokens: list[float] = []

@@ -20,6 +20,9 @@ TRANSPORTS = ("lean", "httpx")
 #: Where event times come from: the kernel's receive stamps (lean transport, where the OS gives
 #: them; else loop stamps) or the event loop's clock when it gets to the read.
 STAMP_SOURCES = ("kernel", "loop")
+#: Which SSE events are token events (TTFT, ITL): loadgen's rule, or `vllm bench serve`'s or SGLang
+#: bench_serving's exactly (loadgen/README.md, "Token events"; the rules are in run/sse.py).
+TOKEN_EVENT_RULES = ("loadgen", "vllm", "sglang")
 # NOTE: a worker above these marks was the bottleneck, not the server (see README, "Client health").
 CLIENT_BOUND_CPU_SHARE = 0.90
 CLIENT_BOUND_LOOP_LAG_MS = 20.0
@@ -99,6 +102,7 @@ class RunConfig:
     replay_trace: bool = False  # send each request at its dataset timestamp (Prompt.arrival_s)
     trace_speedup: float = 1.0  # replay offsets are the trace's times / this
     itl_sketch: bool = False  # ITL percentiles from a mergeable 1% sketch (measure/sketch.py)
+    token_event_rule: str = "loadgen"  # which events are token events (TOKEN_EVENT_RULES)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -107,6 +111,8 @@ class RunConfig:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
         if self.stamps not in STAMP_SOURCES:
             raise ValueError(f"stamps must be one of {STAMP_SOURCES}")
+        if self.token_event_rule not in TOKEN_EVENT_RULES:
+            raise ValueError(f"token_event_rule must be one of {TOKEN_EVENT_RULES}")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if self.request_rate <= 0:
