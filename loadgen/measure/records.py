@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+#: `RequestRecord.chunk_token_source`: how each token event's tokens were counted.
+SOURCE_USAGE_DELTAS = "usage deltas"
+SOURCE_PER_EVENT = "one per content event"
+
 
 class RequestRecord(msgspec.Struct, kw_only=True):
     """One request's measurements. Times are perf_counter_ns (CLOCK_MONOTONIC, shared by processes)."""
@@ -31,7 +35,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     client_output_tokens: int = 0
-    chunk_token_source: str = "one per content event"
+    chunk_token_source: str = SOURCE_PER_EVENT
     retokenized_output_tokens: int | None = None
     output_chars: int = 0
     # The server's own timing, where it sent one (the reference server's `: server-timing` SSE

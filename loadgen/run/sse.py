@@ -16,8 +16,14 @@ from typing import Annotated, Any
 
 import msgspec
 
-from loadgen.measure.records import RequestRecord
-from loadgen.plan.config import CLIENT_BOUND_STAMP_MS, TOKEN_EVENT_RULES
+from loadgen.measure.records import SOURCE_PER_EVENT, SOURCE_USAGE_DELTAS, RequestRecord
+from loadgen.plan.config import (
+    ANNOUNCEMENT,
+    CLIENT_BOUND_STAMP_MS,
+    EMPTY_TEXT,
+    NO_TEXT,
+    TOKEN_EVENT_RULES,
+)
 
 #: A kernel stamp that may lie further than this after its event's arrival counts as uncertain.
 STAMP_TOLERANCE_NS = int(CLIENT_BOUND_STAMP_MS * 1e6)
@@ -88,16 +94,6 @@ _TIMING_TAIL_BYTES = 4096
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_chunks = msgspec.json.Decoder(list[_Chunk]).decode
 _DONE_TAIL = b"\n\ndata: [DONE]\n\n"
-SOURCE_USAGE_DELTAS = "usage deltas"
-SOURCE_PER_EVENT = "one per content event"
-# What an event whose text is empty holds (a non-empty text is a token event under every rule):
-# a text field (a token that decoded to no text), a role or finish_reason with an empty text (an
-# announcement), or no text field at all (a finish chunk's `delta: {}`).
-TEXT, EMPTY_TEXT, ANNOUNCEMENT, NO_TEXT = range(4)
-#: Per rule, whether an event of each kind (by index) is a token event.
-TAKES = {"loadgen": (True, True, False, False), "vllm": (True, True, True, True),
-         "sglang": (True, False, False, False)}
-assert tuple(TAKES) == TOKEN_EVENT_RULES
 _CRLF = re.compile(b"\r\n")
 #: Decoded events, the body piece that completed each, and which pieces ended their read right after an event.
 _Decoded = tuple[list[_Chunk], list[int], list[bool]]
@@ -152,7 +148,7 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     """Fill `record` from a streamed body; raises MalformedSSE on a broken stream. Returns the
     answer's text with `want_text` (multi-turn sessions), else None.
 
-    Token events follow `rule` (TAKES). Output tokens are counted per token event as the server
+    Token events follow `rule` (TOKEN_EVENT_RULES). Output tokens are counted per token event as the server
     emitted them: the growth of `usage.completion_tokens` when the server streams usage in every
     chunk, else one per event (none for an announcement the vllm rule takes).
     Each event takes the stamp of the read that completed it; an event followed by more bytes in
@@ -166,7 +162,7 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     decoded = _common_stream(body, ends, loop)
     if decoded is None:
         decoded = _any_stream(body, ends, loop)
-    events, pieces, exact = _take_chunks(record, decoded, stamps, loop, TAKES[rule])
+    events, pieces, exact = _take_chunks(record, decoded, stamps, loop, TOKEN_EVENT_RULES[rule])
     record.chunk_tokens, record.chunk_token_source = _per_event_tokens(events.cumulative, events.announced)
     if reads.is_kernel and reads.floors and pieces:
         _uncertainty(record, reads.floors, stamps, pieces, exact)
@@ -342,7 +338,7 @@ def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
 
 def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], loop: list[int],
                  takes: tuple[bool, ...]) -> tuple[_TokenEvents, list[int], list[bool]]:
-    """Usage, the token events under a rule (`takes`, see TAKES) with their stamps, and each token
+    """Usage, the token events under a rule (`takes`, see TOKEN_EVENT_RULES) with their stamps, and each token
     event's piece and whether its stamp is exact (`_exact_content`)."""
     chunks, pieces, ends_read = decoded
     events = _token_events(chunks, takes)
