@@ -426,22 +426,23 @@ def _settle_closing(events: _TokenEvents, chunks: list[_Chunk], final: _Usage | 
     decoded to no text, e.g. EOS: vLLM sends it with finish_reason) when the usage counts one
     more token than the events before it; then it is an empty-text event under every rule."""
     k, content, announced = events.closing, events.content, events.announced
-    is_taken = bool(content) and content[-1] == k
     if content and content[-1] > k:
         return
-    before = len(content) - is_taken
+    is_taken = bool(content) and content[-1] == k
     seen = chunks[k].usage
     if seen is not None:  # NOTE: streamed usage: did it grow at this event?
-        counted = max([c for c in events.cumulative[:before] if c is not None], default=0)
-        carries = seen.completion_tokens is not None and seen.completion_tokens > counted
-    else:
-        counted = before - sum([p < before for p in announced])
-        carries = final is not None and final.completion_tokens is not None and final.completion_tokens > counted
+        before = next((chunks[j].usage for j in range(k - 1, -1, -1) if chunks[j].usage is not None), None)
+        carries = (seen.completion_tokens or 0) > ((before.completion_tokens or 0) if before else 0)
+    else:  # one token per event before it with a text field, taken or not
+        num_before = len(content) - is_taken
+        counted = num_before - sum([p < num_before for p in announced])
+        counted += 0 if takes[EMPTY_TEXT] else events.num_empty
+        carries = final is not None and (final.completion_tokens or 0) > counted
     if not carries:
         return
     events.num_empty += 1
     if is_taken:
-        announced.remove(before)
+        announced.remove(len(content) - 1)
     elif takes[EMPTY_TEXT]:
         content.append(k)
         events.texts.append("")

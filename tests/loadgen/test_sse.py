@@ -82,6 +82,15 @@ def test_a_finish_chunk_with_empty_text_is_no_token_unless_usage_counts_one_more
         assert rec.client_output_tokens == len(stamps), rule
 
 
+@pytest.mark.parametrize("rule", ["loadgen", "vllm", "sglang"])
+def test_empty_text_events_left_out_still_count_before_the_finish_chunk(rule):
+    # Three tokens, the second empty; the finish in an event of its own: no fourth token.
+    per_event = [_text("a"), _text(""), _text("b"), _text("", "length"), _usage(3), DONE]
+    streamed = [_chat("a", usage=1), _chat("", usage=2), _chat("", "length", usage=2), _usage(2), DONE]
+    assert _parse(per_event, rule).num_empty_text_events == 1
+    assert _parse(streamed, rule).num_empty_text_events == 1
+
+
 def test_streamed_usage_says_whether_the_closing_empty_event_carried_a_token():
     grew = [_chat("a", usage=1), _chat("b", usage=2), _chat("", "stop", usage=3), _usage(3), DONE]
     same = [_chat("a", usage=1), _chat("b", usage=2), _chat("", "stop", usage=2), _usage(2), DONE]
