@@ -364,7 +364,7 @@ class _TokenEvents:
     """One response's token events: event indices, texts and streamed usage (or None) of each;
     `announced`: positions (in these lists) of events taken that carry no token (the vllm rule's
     role and finish chunks); `num_empty`: events with an empty text that carry a token, taken or
-    not; `closing`: the last finish announcement's event index (None: none)."""
+    not; `closing`: the index of the last event with a finish_reason and no text (None: none)."""
 
     content: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -388,7 +388,7 @@ def _token_events(chunks: list[_Chunk], takes: tuple[bool, ...]) -> _TokenEvents
         if not text:  # NOTE: rare (a few % of vLLM's events): the kinds are looked at only here
             kind = _empty_kind(choices)
             out.num_empty += kind == EMPTY_TEXT
-            if kind == ANNOUNCEMENT and any([c.finish_reason is not None for c in choices]):
+            if kind != EMPTY_TEXT and any([c.finish_reason is not None for c in choices]):
                 out.closing = k
             if not takes[kind]:
                 continue
@@ -402,8 +402,8 @@ def _token_events(chunks: list[_Chunk], takes: tuple[bool, ...]) -> _TokenEvents
 
 
 def _empty_kind(choices: list[_Choice]) -> int:
-    """EMPTY_TEXT, ANNOUNCEMENT or NO_TEXT for an event whose choices' text is empty (the first
-    of them that any choice is)."""
+    """What an event whose choices' text is empty holds: EMPTY_TEXT when a choice carries an empty
+    text that announces nothing, else ANNOUNCEMENT when one announces a role or a finish, else NO_TEXT."""
     kind = NO_TEXT
     for c in choices:
         d = c.delta
@@ -422,9 +422,10 @@ def _empty_kind(choices: list[_Choice]) -> int:
 
 def _settle_closing(events: _TokenEvents, chunks: list[_Chunk], final: _Usage | None,
                     takes: tuple[bool, ...]) -> None:
-    """The last finish announcement, when no token event follows it, carried the last token (one that
-    decoded to no text, e.g. EOS: vLLM sends it with finish_reason) when the usage counts one
-    more token than the events before it; then it is an empty-text event under every rule."""
+    """The last event with a finish_reason and no text, when no token event follows it, carried the
+    last token (one that decoded to no text, e.g. EOS: vLLM sends it with the finish_reason) when the
+    usage counts one more token than the events before it; then it is an empty-text event under
+    every rule."""
     k, content, announced = events.closing, events.content, events.announced
     if content and content[-1] > k:
         return

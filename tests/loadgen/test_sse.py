@@ -109,6 +109,11 @@ def test_a_finish_chunk_without_text_is_taken_only_by_the_vllm_rule():
     vllm = _parse(body, "vllm")
     assert vllm.chunk_ns == [10, 20, 30, 40] and vllm.chunk_tokens == [0.0, 1.0, 1.0, 0.0]
     assert vllm.num_empty_text_events == 0
+    # ... unless the usage counts a token in it (an EOS that has no text): then every rule says so.
+    eos = [ROLE, TOK, TOK, finish, _usage(3), DONE]
+    assert _parse(eos, "loadgen").chunk_ns == [20, 30, 40]
+    assert _parse(eos, "vllm").chunk_tokens == [0.0, 1.0, 1.0, 1.0]
+    assert [_parse(eos, rule).num_empty_text_events for rule in ("loadgen", "vllm", "sglang")] == [1, 1, 1]
 
 
 def test_crlf_separators_and_comments_are_accepted():
