@@ -24,6 +24,7 @@ from loadgen.plan.config import (
     SERVER_METRICS_INTERVAL_RANGE_S,
     SLO,
     STAMP_SOURCES,
+    TOKEN_EVENT_RULES,
     TRACE_DATASETS,
     TRANSPORTS,
     RayConfig,
@@ -207,8 +208,14 @@ def _add_compat_flags(p: argparse.ArgumentParser) -> None:
     """vLLM `bench serve` flags, with vLLM's names and meanings (see loadgen/README.md)."""
     g = p.add_argument_group("vLLM / SGLang compatibility")
     a = g.add_argument
-    a("--flags-from", choices=CONVENTIONS, default="sglang",
-      help="whose meaning --random-range-ratio and the length/seed defaults follow (default sglang)")
+    a("--flags-from", choices=CONVENTIONS, default=None,
+      help="whose meaning --random-range-ratio and the length/seed defaults follow (default sglang), "
+      "and, when given, whose token-event rule applies (see --token-events)")
+    a("--token-events", choices=TOKEN_EVENT_RULES, default=None,
+      help="which SSE events are token events (TTFT, ITL): loadgen's rule (every event with a text "
+      "field, empty text too, but no role or finish announcement), or vllm bench serve's (every event "
+      "with choices) or SGLang bench_serving's (non-empty text only); default: the --flags-from "
+      "tool's when --flags-from is given, else loadgen")
     a("--host", default=None, help="with --port: the base URL http://HOST:PORT (vLLM)")
     a("--port", type=at.int_at_least(1), default=None)
     a("--endpoint", type=at.endpoint, default=None, help="request path (default from --backend)")
@@ -253,7 +260,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     if num_prompts is None and args.duration is None and not replay:
         num_prompts = 1000
     _check_workload_flags(args)
-    defaults = CONVENTION_DEFAULTS[args.flags_from]
+    convention = args.flags_from or "sglang"
+    defaults = CONVENTION_DEFAULTS[convention]
     seed = defaults["seed"] if args.seed is None else args.seed
     backend = BACKEND_ALIASES[args.backend]
     if args.dataset == "random-ids" and backend != "openai-completions":
@@ -276,7 +284,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
         replay_trace=replay, trace_speedup=args.trace_speedup,
-        itl_sketch=args.itl_sketch,
+        itl_sketch=args.itl_sketch, token_event_rule=args.token_events or args.flags_from or "loadgen",
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=None if replay else num_prompts or 1,
@@ -285,7 +293,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         random_range_ratio=args.random_range_ratio, dataset_path=args.dataset_path,
         sharegpt_output_len=args.sharegpt_output_len, shared_prefix_groups=args.shared_prefix_groups,
         shared_prefix_len=args.shared_prefix_len, tokenizer_path=args.tokenizer,
-        use_server_tokenize=not args.no_server_tokenize, seed=seed, convention=args.flags_from,
+        use_server_tokenize=not args.no_server_tokenize, seed=seed, convention=convention,
         random_prefix_len=args.random_prefix_len,
         custom_output_len=None if args.custom_output_len == -1 else args.custom_output_len,
         disable_shuffle=args.disable_shuffle, block_size=args.block_size, trace_timestamps=replay,

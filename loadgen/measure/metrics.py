@@ -14,6 +14,7 @@ import numpy as np
 from loadgen.measure.client_health import client_health
 from loadgen.measure.records import RequestRecord, WorkerHealth
 from loadgen.measure.sketch import ITL_SKETCH_AUTO_SAMPLES, LogHistogram, SketchBuilder, value_stats
+from loadgen.measure.token_counts import reconcile_tokens
 from loadgen.plan.config import RunConfig
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2e_latency", "send_lag")
@@ -184,7 +185,7 @@ def _peaks(records: list[RequestRecord], t0: int) -> dict:
 
 
 def _per_event_source(ok: list[RequestRecord]) -> str | None:
-    """How each event's tokens were counted: 'usage deltas', 'one per content event', or 'mixed'."""
+    """How each token event's tokens were counted: 'usage deltas', 'one per content event', or 'mixed'."""
     sources = {r.chunk_token_source for r in ok}
     return None if not sources else sources.pop() if len(sources) == 1 else "mixed"
 
@@ -248,6 +249,9 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         "total_output_tokens_retokenized": (sum(r.retokenized_output_tokens for r in ok)
                                             if ok and all(r.retokenized_output_tokens is not None for r in ok)
                                             else None),
+        "token_event_rule": cfg.token_event_rule,
+        "num_empty_text_events": sum(r.num_empty_text_events for r in ok),
+        "output_tokens_reconciliation": reconcile_tokens(ok, cfg.drops_empty_text),
         "request_throughput": per_s(len(ok)),
         "input_throughput": per_s(n_in),
         "output_throughput": per_s(n_out),

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+#: `RequestRecord.chunk_token_source`: how each token event's tokens were counted.
+SOURCE_USAGE_DELTAS = "usage deltas"
+SOURCE_PER_EVENT = "one per content event"
+
 
 class RequestRecord(msgspec.Struct, kw_only=True):
     """One request's measurements. Times are perf_counter_ns (CLOCK_MONOTONIC, shared by processes)."""
@@ -21,6 +25,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     ttft_uncertainty_ns: int | None = None
     num_coalesced_events: int = 0  # content events that shared their read with later bytes
     num_uncertain_events: int = 0  # of those, stamps that may lie > 2 ms after arrival (kernel stamps)
+    num_empty_text_events: int = 0  # events whose token decoded to no text (token events or not: the rule says)
     slot_freed_ns: int | None = None  # concurrency mode: when the slot this request took was freed
     chunk_ns: list[int] = []
     chunk_tokens: list[float] = []
@@ -30,7 +35,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     client_output_tokens: int = 0
-    chunk_token_source: str = "one per content event"
+    chunk_token_source: str = SOURCE_PER_EVENT
     retokenized_output_tokens: int | None = None
     output_chars: int = 0
     # The server's own timing, where it sent one (the reference server's `: server-timing` SSE

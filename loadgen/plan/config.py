@@ -20,6 +20,15 @@ TRANSPORTS = ("lean", "httpx")
 #: Where event times come from: the kernel's receive stamps (lean transport, where the OS gives
 #: them; else loop stamps) or the event loop's clock when it gets to the read.
 STAMP_SOURCES = ("kernel", "loop")
+# What an SSE event whose text is empty holds (run/sse.py tells them apart): a text field (a token
+# that decoded to no text), a role or finish_reason with an empty text (an announcement), or no text
+# field at all (a finish chunk's `delta: {}`). A non-empty text is a token event under every rule.
+TEXT, EMPTY_TEXT, ANNOUNCEMENT, NO_TEXT = range(4)
+#: Which SSE events are token events (TTFT, ITL), per rule: whether an event of each kind (by
+#: index) is one. loadgen's own, `vllm bench serve`'s and SGLang bench_serving's (loadgen/README.md,
+#: "Token events").
+TOKEN_EVENT_RULES = {"loadgen": (True, True, False, False), "vllm": (True, True, True, True),
+                     "sglang": (True, False, False, False)}
 # NOTE: a worker above these marks was the bottleneck, not the server (see README, "Client health").
 CLIENT_BOUND_CPU_SHARE = 0.90
 CLIENT_BOUND_LOOP_LAG_MS = 20.0
@@ -99,6 +108,7 @@ class RunConfig:
     replay_trace: bool = False  # send each request at its dataset timestamp (Prompt.arrival_s)
     trace_speedup: float = 1.0  # replay offsets are the trace's times / this
     itl_sketch: bool = False  # ITL percentiles from a mergeable 1% sketch (measure/sketch.py)
+    token_event_rule: str = "loadgen"  # which events are token events (TOKEN_EVENT_RULES)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -107,6 +117,8 @@ class RunConfig:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
         if self.stamps not in STAMP_SOURCES:
             raise ValueError(f"stamps must be one of {STAMP_SOURCES}")
+        if self.token_event_rule not in TOKEN_EVENT_RULES:
+            raise ValueError(f"token_event_rule must be one of {tuple(TOKEN_EVENT_RULES)}")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if self.request_rate <= 0:
@@ -139,6 +151,11 @@ class RunConfig:
         if self.timeline_interval_s <= 0:
             raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
+
+    @property
+    def drops_empty_text(self) -> bool:
+        """Whether the token-event rule leaves out events whose token decoded to no text."""
+        return not TOKEN_EVENT_RULES[self.token_event_rule][EMPTY_TEXT]
 
     @property
     def metrics_url(self) -> str:

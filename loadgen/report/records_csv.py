@@ -13,7 +13,7 @@ SERVER_COLUMNS = ("server_arrival_to_queue_ms", "server_queue_ms", "server_prefi
                   "server_prefill_steps", "server_first_output_ms", "server_decode_ms")
 COLUMNS = ("index", "worker", "ok", "error_class", "intended_s", "start_s", "end_s", "ttft_ms",
            "e2e_ms", "tpot_ms", "mean_itl_ms", "input_len", "output_tokens",
-           "client_output_tokens", *SERVER_COLUMNS)
+           "client_output_tokens", "num_empty_text_events", *SERVER_COLUMNS)
 
 
 def csv_row(cfg: RunConfig, rec: RequestRecord, t0: int) -> dict:
@@ -28,7 +28,7 @@ def csv_row(cfg: RunConfig, rec: RequestRecord, t0: int) -> dict:
         "e2e_ms": (rec.end_ns - origin) / 1e6, "tpot_ms": tpot_ms(rec),
         "mean_itl_ms": float(gaps.mean()) if gaps.size else None,
         "input_len": rec.input_len, "output_tokens": output_tokens(rec),
-        "client_output_tokens": rec.client_output_tokens,
+        "client_output_tokens": rec.client_output_tokens, "num_empty_text_events": rec.num_empty_text_events,
     }
     row.update({name: getattr(rec, name) for name in SERVER_COLUMNS})
     return row

@@ -41,12 +41,20 @@ TABLE_ROWS = (
 TOKENS_NOTE = (
     "Output tokens: 'server usage' is the completion_tokens the server reported (it also counts "
     "tokens it did not send as text, e.g. EOS or a matched stop string); 'client count' is what "
-    "loadgen received, counted per event as the server emitted it: the growth of the usage the server "
-    "streams in every chunk (--continuous-usage), else one per content event. They differ when an "
-    "event carries several tokens or the server counts unsent tokens. 'retokenized' (with "
-    "--tokenizer) re-encodes the received text and is shown only on the side. Throughput uses usage "
-    "when the server gives it."
+    "loadgen received, counted per token event as the server emitted it: the growth of the usage the "
+    "server streams in every chunk (--continuous-usage), else one per token event. Which events are "
+    "token events is the rule shown (--token-events). The rows under 'usage minus client count' name "
+    "its causes with counts: empty-text events (tokens that decoded to no text; a rule that drops "
+    "them misses their tokens), events carrying several tokens (from the streamed usage, or the "
+    "retokenized text past the events), and the rest: events lost, or tokens never sent. "
+    "'retokenized' (with --tokenizer) re-encodes the received text and is shown only on the side. "
+    "Throughput uses usage when the server gives it. 'ITL per token' is shown only where it differs "
+    "from ITL per chunk (some event carried several tokens)."
 )
+#: What each token-event rule takes (loadgen/README.md, "Token events").
+RULE_NOTES = {"loadgen": "every event with a text field, empty text too; no role or finish announcement",
+              "vllm": "vllm bench serve's: every event with choices (TTFT at the role chunk)",
+              "sglang": "SGLang bench_serving's: events with non-empty text only"}
 COMPARE_KEYS = (
     "completed", "failed", "duration", "request_throughput", "output_throughput", "total_throughput",
     "concurrency", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
@@ -169,7 +177,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "input_tokens": input_tokens(r), "output_tokens": output_tokens(r),
                 "usage_prompt_tokens": r.usage_prompt_tokens,
                 "usage_completion_tokens": r.usage_completion_tokens,
-                "client_output_tokens": r.client_output_tokens,
+                "client_output_tokens": r.client_output_tokens, "num_empty_text_events": r.num_empty_text_events,
                 "chunk_ms": [ms(t) for t in r.chunk_ns], "session": r.session, "turn": r.turn,
                 "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,
                 "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
@@ -198,8 +206,16 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         if key == "total_input_tokens":
             table.add_row("  as built by the dataset", fmt(s.get("total_input_tokens_dataset"), spec))
             table.add_row("  input lengths from", result.dataset_info.get("input_lengths", "-"))
+        elif key == "output_tokens_usage_minus_client":
+            _reconciliation_rows(table, s.get("output_tokens_reconciliation"))
+        elif key == "output_tokens_per_event_source":
+            rule = cfg.token_event_rule
+            table.add_row("  token events", f"{rule} rule: {RULE_NOTES[rule]}; "
+                          f"{s.get('num_empty_text_events', 0):,} with empty text")
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
                         ("itl_per_token", "ITL per token"), ("e2e_latency", "E2E latency")):
+        if name == "itl_per_token" and not _per_token_differs(s, cfg.percentiles):
+            continue
         cells = [f"mean {fmt(s[f'mean_{name}_ms'])}", f"median {fmt(s[f'median_{name}_ms'])}"]
         cells += [f"{pct_key(p)} {fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
         table.add_row(f"{label} (ms)", "  ".join(cells))
@@ -242,6 +258,27 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     _steady_rows(table, (result.timeline or {}).get("steady_state"))
     _server_rows(table, result.server_metrics, s.get("server_vs_client"))
     console.print(table)
+
+
+def _reconciliation_rows(table: Table, rec: dict | None) -> None:
+    """Under 'usage minus client count': its causes, each with its count (measure/token_counts.py)."""
+    if rec is None:
+        return
+    empty = rec["empty_text_events"]
+    fate = "dropped by the rule: their tokens are missed" if rec["empty_text_events_dropped"] \
+        else "counted as token events"
+    table.add_row("    empty-text events", f"{empty:,} ({fate})" if empty else "0")
+    source = rec["several_token_events_from"]
+    table.add_row("    events carrying several tokens",
+                  f"{rec['several_token_extra']:,} tokens past one per event (from {source})" if source
+                  else "unknown (one token per event counted; --continuous-usage or --tokenizer tell)")
+    table.add_row("    lost or never sent", f"{rec['lost_or_unsent']:,}")
+
+
+def _per_token_differs(s: dict, percentiles) -> bool:
+    """Whether ITL per token differs from ITL per chunk anywhere in the summary."""
+    stats = ("mean", "median", "max", *(pct_key(p) for p in percentiles))
+    return any(s.get(f"{stat}_itl_per_token_ms") != s.get(f"{stat}_itl_ms") for stat in stats)
 
 
 def _stamp_rows(table: Table, health: dict) -> None:

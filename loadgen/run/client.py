@@ -265,21 +265,24 @@ def _fail(rec: RequestRecord, error_class: str, message: str) -> None:
         rec.error_class, rec.error_message = error_class, message[:500]
 
 
-def finish_record(raw: RawResponse, tokenizer=None, client_delays: list[int] | None = None) -> RequestRecord:
+def finish_record(raw: RawResponse, tokenizer=None, client_delays: list[int] | None = None,
+                  rule: str = "loadgen") -> RequestRecord:
     """Parse the kept bytes into the record (after the request); broken streams become errors.
-    `client_delays` gets each kernel-stamped read's loop stamp minus its kernel stamp (ns)."""
-    return finish_with_answer(raw, tokenizer, want_text=False, client_delays=client_delays)[0]
+    `client_delays` gets each kernel-stamped read's loop stamp minus its kernel stamp (ns); `rule`
+    says which events are token events (`RunConfig.token_event_rule`)."""
+    return finish_with_answer(raw, tokenizer, want_text=False, client_delays=client_delays, rule=rule)[0]
 
 
 def finish_with_answer(raw: RawResponse, tokenizer=None, want_text: bool = True,
-                       client_delays: list[int] | None = None) -> tuple[RequestRecord, str | None]:
+                       client_delays: list[int] | None = None,
+                       rule: str = "loadgen") -> tuple[RequestRecord, str | None]:
     """`finish_record`, and the answer's text (None when the request failed or `want_text` is off)."""
     rec, text = raw.record, None
     if rec.error_class is not None:
         return rec, None
     try:
         if raw.is_stream:
-            text = parse_stream(rec, raw.chunks, raw.stamps, tokenizer, want_text, raw.reads, client_delays)
+            text = parse_stream(rec, raw.chunks, raw.stamps, tokenizer, want_text, raw.reads, client_delays, rule)
         else:
             text = parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)
         if raw.server_timing is not None:

@@ -1,8 +1,10 @@
 """Turning a stamped response body into a request record, after the request (off the read path).
 
-Each SSE event is stamped with the arrival time of the network read that completed it. TTFT uses
-the first event with non-empty `content` or `reasoning_content` (the role-only first chat chunk
-does not count).
+Each SSE event is stamped with the arrival time of the network read that completed it. Token events
+(TTFT is the first, ITL the gaps between them) follow a rule (`RunConfig.token_event_rule`, README
+"Token events"): loadgen's takes every event whose choice carries a text field, even an empty one,
+except a role or finish announcement; `vllm` takes every event with `choices`, as `vllm bench serve`
+does; `sglang` only events with non-empty text, as SGLang's bench_serving does.
 """
 
 from __future__ import annotations
@@ -10,12 +12,18 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
-from loadgen.measure.records import RequestRecord
-from loadgen.plan.config import CLIENT_BOUND_STAMP_MS
+from loadgen.measure.records import SOURCE_PER_EVENT, SOURCE_USAGE_DELTAS, RequestRecord
+from loadgen.plan.config import (
+    ANNOUNCEMENT,
+    CLIENT_BOUND_STAMP_MS,
+    EMPTY_TEXT,
+    NO_TEXT,
+    TOKEN_EVENT_RULES,
+)
 
 #: A kernel stamp that may lie further than this after its event's arrival counts as uncertain.
 STAMP_TOLERANCE_NS = int(CLIENT_BOUND_STAMP_MS * 1e6)
@@ -34,6 +42,7 @@ class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
+    role: Any = None
 
 
 class _Message(msgspec.Struct, gc=False):
@@ -45,6 +54,7 @@ class _Choice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     text: str | None = None
     message: _Message | None = None
+    finish_reason: Any = None
 
 
 # NOTE: usage is the server's word: a negative count or one past int64 is a broken stream (it
@@ -84,8 +94,6 @@ _TIMING_TAIL_BYTES = 4096
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_chunks = msgspec.json.Decoder(list[_Chunk]).decode
 _DONE_TAIL = b"\n\ndata: [DONE]\n\n"
-SOURCE_USAGE_DELTAS = "usage deltas"
-SOURCE_PER_EVENT = "one per content event"
 _CRLF = re.compile(b"\r\n")
 #: Decoded events, the body piece that completed each, and which pieces ended their read right after an event.
 _Decoded = tuple[list[_Chunk], list[int], list[bool]]
@@ -136,15 +144,16 @@ class Reads:
 
 def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None,
                  want_text: bool = False, reads: Reads | None = None,
-                 client_delays: list[int] | None = None) -> str | None:
+                 client_delays: list[int] | None = None, rule: str = "loadgen") -> str | None:
     """Fill `record` from a streamed body; raises MalformedSSE on a broken stream. Returns the
     answer's text with `want_text` (multi-turn sessions), else None.
 
-    Output tokens are counted per content event as the server emitted them: the growth of
-    `usage.completion_tokens` when the server streams usage in every chunk, else one per event.
+    Token events follow `rule` (TOKEN_EVENT_RULES). Output tokens are counted per token event as the server
+    emitted them: the growth of `usage.completion_tokens` when the server streams usage in every
+    chunk, else one per event (none for an announcement the vllm rule takes).
     Each event takes the stamp of the read that completed it; an event followed by more bytes in
     that read is coalesced (`record.num_coalesced_events`), and with kernel stamps the first
-    content event's uncertainty is its stamp minus its read's lower bound (`ttft_uncertainty_ns`,
+    token event's uncertainty is its stamp minus its read's lower bound (`ttft_uncertainty_ns`,
     0 when exact). `client_delays` gets each read's loop stamp minus its kernel stamp."""
     reads = reads or Reads(loop_stamps=stamps, is_kernel=False)
     loop = reads.loop_stamps
@@ -153,20 +162,20 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     decoded = _common_stream(body, ends, loop)
     if decoded is None:
         decoded = _any_stream(body, ends, loop)
-    texts, cumulative, pieces, exact = _take_chunks(record, decoded, stamps, loop)
-    record.chunk_tokens, record.chunk_token_source = _per_event_tokens(cumulative)
+    events, pieces, exact = _take_chunks(record, decoded, stamps, loop, TOKEN_EVENT_RULES[rule])
+    record.chunk_tokens, record.chunk_token_source = _per_event_tokens(events.cumulative, events.announced)
     if reads.is_kernel and reads.floors and pieces:
         _uncertainty(record, reads.floors, stamps, pieces, exact)
     if client_delays is not None and reads.is_kernel:
         # NOTE: a read's pieces share its stamps; reads differ in their loop stamps.
         client_delays.extend([lp - st for lp, st in dict.fromkeys(zip(loop, stamps, strict=True))])
-    _count_tokens(record, texts, tokenizer)
-    return "".join(texts) if want_text else None
+    _count_tokens(record, events.texts, tokenizer)
+    return "".join(events.texts) if want_text else None
 
 
 def _uncertainty(record: RequestRecord, floors: list[int], stamps: list[int], pieces: list[int],
                  exact: list[bool]) -> None:
-    """How late the content events' kernel stamps may be: 0 for an event that ended its read, else
+    """How late the token events' kernel stamps may be: 0 for an event that ended its read, else
     its stamp minus its read's lower bound. Sets the first event's and counts those past
     STAMP_TOLERANCE_NS."""
     late = [stamps[p] - floors[p] for p, is_exact in zip(pieces, exact, strict=True) if not is_exact]
@@ -327,45 +336,125 @@ def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
     raise MalformedSSE("undecodable stream")  # e.g. a payload that is not one JSON value
 
 
-def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int],
-                 loop: list[int]) -> tuple[list[str], list, list[int], list[bool]]:
-    """Usage, content events' stamps and texts, each content event's streamed usage (or None), and
-    each content event's piece and whether its stamp is exact (`_exact_content`)."""
-    texts: list[str] = []
-    cumulative: list[int | None] = []
-    content: list[int] = []
-    chunk_ns = record.chunk_ns
-    usage = None
+def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], loop: list[int],
+                 takes: tuple[bool, ...]) -> tuple[_TokenEvents, list[int], list[bool]]:
+    """Usage, the token events under a rule (`takes`, see TOKEN_EVENT_RULES) with their stamps, and each token
+    event's piece and whether its stamp is exact (`_exact_content`)."""
     chunks, pieces, ends_read = decoded
+    events = _token_events(chunks, takes)
+    final = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
+    if final is not None:
+        record.usage_prompt_tokens, record.usage_completion_tokens = final.prompt_tokens, final.completion_tokens
+    if events.closing is not None:
+        _settle_closing(events, chunks, final, takes)
+    content = events.content
+    content_pieces = [pieces[k] for k in content]
+    chunk_ns = record.chunk_ns
+    chunk_ns += [stamps[p] for p in content_pieces]
+    if chunk_ns:
+        record.first_token_ns = chunk_ns[0]
+    record.num_empty_text_events = events.num_empty
+    exact = _exact_content(content, pieces, ends_read, loop)
+    record.num_coalesced_events = len(exact) - sum(exact)
+    return events, content_pieces, exact
+
+
+@dataclass(slots=True)
+class _TokenEvents:
+    """One response's token events: event indices, texts and streamed usage (or None) of each;
+    `announced`: positions (in these lists) of events taken that carry no token (the vllm rule's
+    role and finish chunks); `num_empty`: events with an empty text that carry a token, taken or
+    not; `closing`: the index of the last event with a finish_reason and no text (None: none)."""
+
+    content: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    cumulative: list[int | None] = field(default_factory=list)
+    announced: list[int] = field(default_factory=list)
+    num_empty: int = 0
+    closing: int | None = None
+
+
+def _token_events(chunks: list[_Chunk], takes: tuple[bool, ...]) -> _TokenEvents:
+    """The events a rule takes as token events (the per-event loop: a non-empty text costs one test)."""
+    out = _TokenEvents()
+    content, texts, cumulative = out.content, out.texts, out.cumulative
     for k, chunk in enumerate(chunks):
         if chunk.error is not None:
             raise ServerErrorEvent(f"error event in stream: {str(chunk.error)[:200]}")
-        usage = chunk.usage
         choices = chunk.choices
         if not choices:
             continue
         text = _choice_text(choices[0]) if len(choices) == 1 else "".join([_choice_text(c) for c in choices])
-        if text:
-            content.append(k)
-            texts.append(text)
-            cumulative.append(usage.completion_tokens if usage is not None else None)
-    content_pieces = [pieces[k] for k in content]
-    chunk_ns += [stamps[p] for p in content_pieces]
-    final = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
-    if final is not None:
-        record.usage_prompt_tokens, record.usage_completion_tokens = final.prompt_tokens, final.completion_tokens
-    if chunk_ns:
-        record.first_token_ns = chunk_ns[0]
-    exact = _exact_content(content, pieces, ends_read, loop)
-    record.num_coalesced_events = len(exact) - sum(exact)
-    return texts, cumulative, content_pieces, exact
+        if not text:  # NOTE: rare (a few % of vLLM's events): the kinds are looked at only here
+            kind = _empty_kind(choices)
+            out.num_empty += kind == EMPTY_TEXT
+            if kind != EMPTY_TEXT and any([c.finish_reason is not None for c in choices]):
+                out.closing = k
+            if not takes[kind]:
+                continue
+            if kind != EMPTY_TEXT:
+                out.announced.append(len(content))
+        content.append(k)
+        texts.append(text)
+        usage = chunk.usage
+        cumulative.append(usage.completion_tokens if usage is not None else None)
+    return out
+
+
+def _empty_kind(choices: list[_Choice]) -> int:
+    """What an event whose choices' text is empty holds: EMPTY_TEXT when a choice carries an empty
+    text that announces nothing, else ANNOUNCEMENT when one announces a role or a finish, else NO_TEXT."""
+    kind = NO_TEXT
+    for c in choices:
+        d = c.delta
+        if d is not None:
+            if d.content is None and d.reasoning_content is None and d.reasoning is None:
+                continue
+            if d.role is None and c.finish_reason is None:
+                return EMPTY_TEXT
+        elif c.text is None:
+            continue
+        elif c.finish_reason is None:
+            return EMPTY_TEXT
+        kind = ANNOUNCEMENT
+    return kind
+
+
+def _settle_closing(events: _TokenEvents, chunks: list[_Chunk], final: _Usage | None,
+                    takes: tuple[bool, ...]) -> None:
+    """The last event with a finish_reason and no text, when no token event follows it, carried the
+    last token (one that decoded to no text, e.g. EOS: vLLM sends it with the finish_reason) when the
+    usage counts one more token than the events before it; then it is an empty-text event under
+    every rule."""
+    k, content, announced = events.closing, events.content, events.announced
+    if content and content[-1] > k:
+        return
+    is_taken = bool(content) and content[-1] == k
+    seen = chunks[k].usage
+    if seen is not None:  # NOTE: streamed usage: did it grow at this event?
+        before = next((chunks[j].usage for j in range(k - 1, -1, -1) if chunks[j].usage is not None), None)
+        carries = (seen.completion_tokens or 0) > ((before.completion_tokens or 0) if before else 0)
+    else:  # one token per event before it with a text field, taken or not
+        num_before = len(content) - is_taken
+        counted = num_before - sum([p < num_before for p in announced])
+        counted += 0 if takes[EMPTY_TEXT] else events.num_empty
+        carries = final is not None and (final.completion_tokens or 0) > counted
+    if not carries:
+        return
+    events.num_empty += 1
+    if is_taken:
+        announced.remove(len(content) - 1)
+    elif takes[EMPTY_TEXT]:
+        content.append(k)
+        events.texts.append("")
+        events.cumulative.append(seen.completion_tokens if seen is not None else None)
 
 
 def _exact_content(content: list[int], pieces: list[int], ends_read: list[bool], loop: list[int]) -> list[bool]:
-    """For each content event (`content`: event indices), whether its stamp is exact: the next
-    content event has no bytes in its read, i.e. completes in a later read and starts after this
-    read's end (the event before it ended the read). Events without content in between (a finish
-    chunk, usage, [DONE]) do not count: servers write them with the last token."""
+    """For each token event (`content`: event indices), whether its stamp is exact: the next
+    token event has no bytes in its read, i.e. completes in a later read and starts after this
+    read's end (the event before it ended the read). Other events in between (a finish chunk,
+    usage, [DONE]) do not count: servers write them with the last token."""
     if not content:
         return []
     return [not (loop[pieces[nxt]] == loop[pieces[k]]
@@ -373,10 +462,14 @@ def _exact_content(content: list[int], pieces: list[int], ends_read: list[bool],
             for k, nxt in zip(content, content[1:], strict=False)] + [True]
 
 
-def _per_event_tokens(cumulative: list[int | None]) -> tuple[list[float], str]:
-    """Tokens per content event: growth of the streamed usage where every event has it, else 1 each."""
+def _per_event_tokens(cumulative: list[int | None], announced: list[int]) -> tuple[list[float], str]:
+    """Tokens per token event: growth of the streamed usage where every event has it, else 1 each
+    (0 for the `announced` positions: events taken that carry no token)."""
     if not cumulative or any(c is None for c in cumulative):
-        return [1.0] * len(cumulative), SOURCE_PER_EVENT
+        out = [1.0] * len(cumulative)
+        for p in announced:
+            out[p] = 0.0
+        return out, SOURCE_PER_EVENT
     out, last = [], 0
     for c in cumulative:
         out.append(float(max(c - last, 0)))

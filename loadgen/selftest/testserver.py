@@ -19,7 +19,11 @@ TTFT and mean gap measured at the moment of writing. With `--metrics vllm|sglang
 `/metrics` with known series (SCRIPTED_*); a streamed request carrying `x-server-timing` gets the
 reference server's `: server-timing` comment with SCRIPTED_TIMING's spans and its true TTFT as
 first_output_ms. With `--capacity K` at most K streams are served at once and the others wait in a
-FIFO queue before their TTFT clock starts (a known knee for `loadgen sweep`). Binds to 127.0.0.1 only.
+FIFO queue before their TTFT clock starts (a known knee for `loadgen sweep`). With `--empty-every K`
+every K-th token event carries an empty text (`content: ""` or `text: ""`: a token that decoded to no
+text, as vLLM sends some), still a token in the truth (`/stats`, `/truth`, usage). A chat stream's
+role-only chunk goes out with the response head, or with `--role-chunk` in the first token's write,
+just before it (vLLM's order). Binds to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class ServerScript:
     log_requests: bool = False  # keep every completion body and its answer; tokens " a<N>" (N-th request)
     capacity: int | None = None  # streams served at once; the rest wait in FIFO order (a known knee)
     truth_stamps: bool = False  # keep each content event's write time per x-request-id (GET /truth)
+    empty_every: int | None = None  # every K-th token event has an empty text (still a token)
+    role_chunk: bool = False  # chat: the role chunk goes out with the first token, not with the head
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -92,6 +98,16 @@ class ServerScript:
             raise ValueError(f"metrics must be one of {sorted(METRIC_NAMES)}")
         if self.capacity is not None and self.capacity < 1:
             raise ValueError("capacity must be >= 1")
+        if self.empty_every is not None and self.empty_every < 1:
+            raise ValueError("empty_every must be >= 1")
+
+    def is_empty(self, i: int) -> bool:
+        """Whether token event `i` (0-based) carries an empty text."""
+        return self.empty_every is not None and (i + 1) % self.empty_every == 0
+
+    def answer(self, token: str, n: int) -> str:
+        """The text of `n` tokens as sent."""
+        return "".join(["" if self.is_empty(i) else token for i in range(n)])
 
 
 @dataclass
@@ -101,6 +117,7 @@ class _Truth:
     num_gaps: int = 0
     num_requests: int = 0
     open_streams: int = 0
+    num_empty: int = 0  # token events sent with an empty text
 
 
 class _Request(msgspec.Struct):
@@ -249,6 +266,7 @@ class ScriptedServer:
             "ttft_ms": [x / 1e6 for x in t.ttft_ns],
             "mean_gap_ms": (t.gap_ns_sum / t.num_gaps / 1e6) if t.num_gaps else None,
             "num_tokens_sent": len(t.ttft_ns) + t.num_gaps,
+            "num_empty_text_events_sent": t.num_empty,
         }
 
     def exposition(self) -> str:
@@ -287,7 +305,7 @@ class ScriptedServer:
         if self.script.log_requests:
             token = f" a{self.truth.num_requests}"
             self.request_log.append({"n": self.truth.num_requests, "body": msgspec.json.decode(body),
-                                     "answer": token * n})
+                                     "answer": self.script.answer(token, n)})
         if not req.stream:
             self._answer_whole(conn, is_chat, n, arrived, prompt_tokens, token)
             return
@@ -297,10 +315,11 @@ class ScriptedServer:
             return
         stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token)
         self.truth.open_streams += 1
+        role = _ROLE_CHUNK if is_chat and not self.script.role_chunk else b""
         if fault == "close_delimited":
-            conn.write(_CLOSE_HEAD + (_ROLE_CHUNK if is_chat else b""))
+            conn.write(_CLOSE_HEAD + role)
         else:
-            conn.write(_SSE_HEAD + (_chunked(_ROLE_CHUNK) if is_chat else b""))
+            conn.write(_SSE_HEAD + (_chunked(role) if role else b""))
         self._admit(stream)
 
     def _admit(self, stream: _Stream) -> None:
@@ -321,7 +340,7 @@ class ScriptedServer:
                       token: str = " tok") -> None:
         async def later() -> None:
             await asyncio.sleep((self.script.ttft_ms + self.script.gap_ms * (n - 1)) / 1e3)
-            text = token * n
+            text = self.script.answer(token, n)
             choice = {"index": 0, "finish_reason": "length"}
             choice.update({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
@@ -340,6 +359,7 @@ class _Stream:
         self.payload = _CHAT_TOKEN if is_chat else _TEXT_TOKEN
         if token != " tok":
             self.payload = self.payload.replace(b'" tok"', msgspec.json.encode(token))
+        self.empty_payload = self.payload.replace(msgspec.json.encode(token), b'""')
         self.prompt_tokens = prompt_tokens
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
@@ -390,7 +410,7 @@ class _Stream:
 
     def _burst(self) -> None:
         """All tokens and the end of the stream in one write (the truth stamps them all now)."""
-        payload = self.payload
+        events = b"".join([self._event(i) for i in range(self.n)])
         now = time.perf_counter_ns()
         truth = self.server.truth
         truth.ttft_ns.append(now - self.arrived)
@@ -399,14 +419,26 @@ class _Stream:
         if self.times is not None:
             self.times += [now] * self.n
         self.sent = self.n
-        self._finish(payload * self.n)
+        self._finish(events)
+
+    def _event(self, i: int) -> bytes:
+        """Token event `i` (0-based): empty where the script says; the first after the role chunk
+        when that goes with it (`role_chunk`)."""
+        script = self.server.script
+        payload = self.payload
+        if script.is_empty(i):
+            payload = self.empty_payload
+            self.server.truth.num_empty += 1
+        if i == 0 and self.is_chat and script.role_chunk:
+            payload = _ROLE_CHUNK + payload
+        return payload
 
     def _token(self) -> bool:
         if self.fault == "reset" and self.sent == self.n // 2:
             if self.conn.transport is not None:
                 self.conn.transport.abort()
             return False
-        payload = self.payload
+        payload = self._event(self.sent)
         if self.fault == "malformed" and self.sent == self.n // 2:
             payload = b"data: {not json\n\n"
         now = time.perf_counter_ns()
@@ -499,6 +531,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="serve at most this many streams at once; others wait (FIFO) before their TTFT clock")
     p.add_argument("--truth-stamps", action="store_true",
                    help="keep each content event's write time per x-request-id (GET /truth)")
+    p.add_argument("--empty-every", type=int, default=None, metavar="K",
+                   help="every K-th token event has an empty text (a token that decoded to no text)")
+    p.add_argument("--role-chunk", action="store_true",
+                   help="chat: the role-only chunk goes out in the first token's write (vLLM's order), "
+                   "not with the response head")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -508,7 +545,8 @@ def main(argv: list[str] | None = None) -> None:
     script = ServerScript(args.ttft_ms, args.gap_ms, args.num_tokens, faults=tuple(args.faults.split(",")),
                           has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics,
                           log_requests=args.log_requests, capacity=args.capacity,
-                          truth_stamps=args.truth_stamps)
+                          truth_stamps=args.truth_stamps, empty_every=args.empty_every,
+                          role_chunk=args.role_chunk)
     import uvloop
 
     async def serve() -> None:

@@ -163,7 +163,8 @@ def test_request_body_headers_and_saved_results(start_server, tmp_path):
     assert saved["total_token_throughput"] == saved["total_throughput"]
     assert saved["mean_e2el_ms"] == saved["mean_e2e_latency_ms"]
     assert len(saved["ttfts"]) == len(saved["itls"]) == len(saved["input_lens"]) == 3
-    assert saved["output_lens"] == [4, 4, 4] and all(len(itl) == 3 for itl in saved["itls"])
+    # vLLM's token events (--flags-from vllm): the role chunk, 4 tokens and the finish chunk: 5 gaps
+    assert saved["output_lens"] == [4, 4, 4] and all(len(itl) == 5 for itl in saved["itls"])
     main(["--base-url", server.base_url, "--concurrency", "1", "--num-prompts", "1", "--quiet",
           "--result-dir", str(tmp_path / "res"), "--result-filename", "r.json", "--append-result"])
     docs = (tmp_path / "res" / "r.json").read_text().split("\n")

@@ -65,6 +65,17 @@ def test_local_cluster_runs_two_workers_with_exact_counts(start_server):
 
 
 @pytest.mark.timeout(120)
+def test_the_token_event_rule_reaches_the_actors(start_server):
+    # Every second token has an empty text: the sglang rule leaves those out, in the actors too.
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "8", "--empty-every", "2")
+    result = run(_cfg(server, concurrency=2, num_prompts=4, token_event_rule="sglang"), SMALL,
+                 lambda totals, elapsed, scraper: None, RayConfig("local"))
+    assert result.summary["completed"] == 4 and result.summary["token_event_rule"] == "sglang"
+    assert all(len(r.chunk_ns) == 4 and r.num_empty_text_events == 4 for r in result.records)
+    assert result.summary["output_tokens_reconciliation"]["usage_minus_client"] == 4 * 4
+
+
+@pytest.mark.timeout(120)
 def test_local_starts_its_own_cluster_even_beside_a_running_one(start_server, two_nodes, monkeypatch):
     # NOTE: ray.init() without an address would join RAY_ADDRESS (or a `ray start` cluster here)
     monkeypatch.setenv("RAY_ADDRESS", two_nodes.address)

@@ -28,6 +28,94 @@ def test_role_chunk_is_not_the_first_token_and_events_take_their_read_stamp():
     assert (rec.usage_prompt_tokens, rec.usage_completion_tokens, rec.client_output_tokens) == (3, 2, 2)
 
 
+def _chat(content: str, finish: str | None = None, usage: int | None = None) -> bytes:
+    fin = "null" if finish is None else f'"{finish}"'
+    tail = "" if usage is None else f',"usage":{{"prompt_tokens":3,"completion_tokens":{usage}}}'
+    return (f'data: {{"choices":[{{"index":0,"delta":{{"content":"{content}"}},"finish_reason":{fin}}}]'
+            f'{tail}}}\n\n').encode()
+
+
+def _text(text: str, finish: str | None = None) -> bytes:
+    fin = "null" if finish is None else f'"{finish}"'
+    return f'data: {{"choices":[{{"index":0,"text":"{text}","finish_reason":{fin}}}]}}\n\n'.encode()
+
+
+def _usage(completion_tokens: int) -> bytes:
+    return USAGE.replace(b"2}", b"%d}" % completion_tokens)
+
+
+def _parse(chunks: list[bytes], rule: str) -> RequestRecord:
+    rec = _rec()
+    parse_stream(rec, chunks, list(range(10, 10 * len(chunks) + 1, 10)), rule=rule)
+    return rec
+
+
+# vLLM's form (chat): the role chunk, one event per token, a token that decodes to no text, the
+# last token with finish_reason, then usage; each event in its own read (stamps 10, 20, ...).
+VLLM_CHAT = [ROLE, _chat("a"), _chat(""), _chat("b"), _chat("c", "length"), _usage(4), DONE]
+
+
+@pytest.mark.parametrize(("rule", "stamps", "tokens"), [
+    ("loadgen", [20, 30, 40, 50], [1.0] * 4),  # every token, the empty one too; not the role chunk
+    ("vllm", [10, 20, 30, 40, 50], [0.0] + [1.0] * 4),  # vllm bench: TTFT at the role chunk
+    ("sglang", [20, 40, 50], [1.0] * 3),  # bench_serving: non-empty text only; the gap merges
+])
+def test_each_rule_takes_its_token_events(rule, stamps, tokens):
+    rec = _parse(VLLM_CHAT, rule)
+    assert rec.chunk_ns == stamps and rec.first_token_ns == stamps[0]
+    assert rec.chunk_tokens == tokens and rec.client_output_tokens == sum(tokens)
+    assert rec.num_empty_text_events == 1 and rec.usage_completion_tokens == 4
+
+
+def test_a_finish_chunk_with_empty_text_is_no_token_unless_usage_counts_one_more():
+    # The reference server's and OpenAI's completions form: the finish in an event of its own.
+    separate = [_text("a"), _text("b"), _text("", "length"), _usage(2), DONE]
+    assert _parse(separate, "loadgen").chunk_ns == [10, 20]
+    assert _parse(separate, "vllm").chunk_ns == [10, 20, 30]  # every event with choices
+    assert _parse(separate, "vllm").client_output_tokens == 2
+    # vLLM's form: the last token carries the finish, and decoded to no text (e.g. EOS).
+    last_empty = [_text("a"), _text("b"), _text("", "stop"), _usage(3), DONE]
+    for rule, stamps in (("loadgen", [10, 20, 30]), ("vllm", [10, 20, 30]), ("sglang", [10, 20])):
+        rec = _parse(last_empty, rule)
+        assert rec.chunk_ns == stamps, rule
+        assert rec.num_empty_text_events == 1, rule
+        assert rec.client_output_tokens == len(stamps), rule
+
+
+@pytest.mark.parametrize("rule", ["loadgen", "vllm", "sglang"])
+def test_empty_text_events_left_out_still_count_before_the_finish_chunk(rule):
+    # Three tokens, the second empty; the finish in an event of its own: no fourth token.
+    per_event = [_text("a"), _text(""), _text("b"), _text("", "length"), _usage(3), DONE]
+    streamed = [_chat("a", usage=1), _chat("", usage=2), _chat("", "length", usage=2), _usage(2), DONE]
+    assert _parse(per_event, rule).num_empty_text_events == 1
+    assert _parse(streamed, rule).num_empty_text_events == 1
+
+
+def test_streamed_usage_says_whether_the_closing_empty_event_carried_a_token():
+    grew = [_chat("a", usage=1), _chat("b", usage=2), _chat("", "stop", usage=3), _usage(3), DONE]
+    same = [_chat("a", usage=1), _chat("b", usage=2), _chat("", "stop", usage=2), _usage(2), DONE]
+    rec = _parse(grew, "loadgen")
+    assert rec.chunk_ns == [10, 20, 30] and rec.chunk_tokens == [1.0, 1.0, 1.0]
+    assert rec.num_empty_text_events == 1
+    rec = _parse(same, "loadgen")
+    assert rec.chunk_ns == [10, 20] and rec.num_empty_text_events == 0
+
+
+def test_a_finish_chunk_without_text_is_taken_only_by_the_vllm_rule():
+    finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
+    body = [ROLE, TOK, TOK, finish, USAGE, DONE]
+    assert _parse(body, "loadgen").chunk_ns == [20, 30]
+    assert _parse(body, "sglang").chunk_ns == [20, 30]
+    vllm = _parse(body, "vllm")
+    assert vllm.chunk_ns == [10, 20, 30, 40] and vllm.chunk_tokens == [0.0, 1.0, 1.0, 0.0]
+    assert vllm.num_empty_text_events == 0
+    # ... unless the usage counts a token in it (an EOS that has no text): then every rule says so.
+    eos = [ROLE, TOK, TOK, finish, _usage(3), DONE]
+    assert _parse(eos, "loadgen").chunk_ns == [20, 30, 40]
+    assert _parse(eos, "vllm").chunk_tokens == [0.0, 1.0, 1.0, 1.0]
+    assert [_parse(eos, rule).num_empty_text_events for rule in ("loadgen", "vllm", "sglang")] == [1, 1, 1]
+
+
 def test_crlf_separators_and_comments_are_accepted():
     rec = _rec()
     parse_stream(rec, [b": keep-alive\r\n\r\n" + TOK.replace(b"\n", b"\r\n") + DONE], [7])
