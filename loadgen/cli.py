@@ -30,7 +30,7 @@ from loadgen.plan.config import (
     RunConfig,
     auto_workers,
 )
-from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
+from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range, upstream_prompts
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
@@ -256,8 +256,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     defaults = CONVENTION_DEFAULTS[args.flags_from]
     seed = defaults["seed"] if args.seed is None else args.seed
     backend = BACKEND_ALIASES[args.backend]
-    if args.dataset == "random-ids" and backend != "openai-completions":
-        raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions")
     cfg = RunConfig(
         base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
         stream=not args.no_stream, concurrency=args.concurrency, request_rate=args.request_rate,
@@ -292,6 +290,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
         multi_turn_think_time_s=_think_time_s(args), multi_turn_max_context_bytes=args.multi_turn_max_context_bytes,
     )
+    if dcfg.name == "random-ids" and upstream_prompts(dcfg) is None and backend != "openai-completions":
+        raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions "
+                         "(or --tokenizer with --flags-from sglang: SGLang's random-ids, sent as text)")
     return cfg, dcfg
 
 
@@ -335,6 +336,14 @@ def convention_note(dcfg: DatasetConfig) -> str | None:
     return (f"loadgen: --random-range-ratio {dcfg.random_range_ratio:g} follows SGLang's meaning: output lengths "
             f"uniform in [{low}, {high}] (mean {(low + high) / 2:g}); for vLLM's (exactly "
             f"{dcfg.random_output_len} at 0) pass --flags-from vllm")
+
+
+def prompts_note(dcfg: DatasetConfig) -> str | None:
+    """A warning when --flags-from vllm cannot rebuild vLLM's random prompts (no tokenizer file)."""
+    if dcfg.convention != "vllm" or dcfg.name != "random" or upstream_prompts(dcfg) is not None:
+        return None
+    return ("loadgen: the random prompts are loadgen's own, not vllm bench serve's: vLLM's are rebuilt "
+            "from the model's tokenizer file (pass --tokenizer)")
 
 
 def available_memory_bytes() -> int | None:
@@ -390,8 +399,9 @@ def _run(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     ray_cfg = ray_config(args, parser)
-    if (note := convention_note(dcfg)) is not None and not args.quiet:
-        print(note, file=sys.stderr)
+    for note in (convention_note(dcfg), prompts_note(dcfg)):
+        if note is not None and not args.quiet:
+            print(note, file=sys.stderr)
     if (note := memory_note(cfg, dcfg, available_memory_bytes())) is not None:
         print(note, file=sys.stderr)
     if args.ready_check_timeout_sec:
