@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="cut a response whose head (1xx heads included) passes this many bytes (error bad_response)")
     a("--max-error-rate", type=at.fraction, default=None,
       help="exit 4 when the failed fraction passes this (default: only when all failed)")
-    a("--ignore-eos", action="store_true", help="send ignore_eos: true")
+    a("--ignore-eos", action="store_true", help="send ignore_eos: true (always with --flags-from vllm --dataset random)")
     a("--min-tokens", action="store_true", help="send min_tokens equal to the output length")
     a("--no-usage", action="store_true", help="do not ask for stream_options.include_usage")
     a("--extra-request-body", type=at.json_object, default={}, help="JSON object merged into every request body")
@@ -260,7 +260,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
         stream=not args.no_stream, concurrency=args.concurrency, request_rate=args.request_rate,
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
-        warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
+        warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=_ignore_eos(args),
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
         stamps=args.stamps,
@@ -294,6 +294,11 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions "
                          "(or --tokenizer with --flags-from sglang: SGLang's random-ids, sent as text)")
     return cfg, dcfg
+
+
+def _ignore_eos(args: argparse.Namespace) -> bool:
+    # NOTE: vllm bench serve (0.32.0) always sends ignore_eos with its random dataset.
+    return args.ignore_eos or (args.flags_from == "vllm" and args.dataset == "random")
 
 
 def _think_time_s(args: argparse.Namespace) -> float:

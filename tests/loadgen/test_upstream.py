@@ -100,4 +100,5 @@ def test_run_sends_vllm_bench_serves_prompts(start_server, tmp_path):
     bodies = [entry["body"] for entry in httpx.get(server.base_url + "/requests", timeout=10).json()]
     assert [b["messages"] for b in bodies] == [[{"role": "user", "content": p}] for p in case["prompts"]]
     assert [b["max_completion_tokens"] for b in bodies] == case["output_lens"]
+    assert all(b["ignore_eos"] is True for b in bodies)  # as vLLM sends it with its random dataset
     assert json.loads(out.read_text())["dataset"]["prompts_from"].startswith("vllm bench serve")
