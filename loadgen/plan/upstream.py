@@ -210,7 +210,10 @@ def _sharegpt_questions(path: str) -> list[str]:
     if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
         raise ValueError(f"{path} is not a ShareGPT file (a JSON list of conversation objects)")
     turns = [row.get("conversations", row.get("conversation", [])) for row in data]
-    return [conv[0]["value"] for conv in turns if len(conv) >= 2]
+    firsts = [conv[0] for conv in turns if isinstance(conv, list) and len(conv) >= 2]
+    if not all(isinstance(turn, dict) and isinstance(turn.get("value"), str) for turn in firsts):
+        raise ValueError(f"{path}: a conversation's first turn has no string 'value'")
+    return [turn["value"] for turn in firsts]
 
 
 #: The builder of each `upstream_prompts` value.

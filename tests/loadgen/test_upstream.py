@@ -102,3 +102,14 @@ def test_run_sends_vllm_bench_serves_prompts(start_server, tmp_path):
     assert [b["max_completion_tokens"] for b in bodies] == case["output_lens"]
     assert all(b["ignore_eos"] is True for b in bodies)  # as vLLM sends it with its random dataset
     assert json.loads(out.read_text())["dataset"]["prompts_from"].startswith("vllm bench serve")
+
+
+@pytest.mark.parametrize("content", ['{"conversations": []}', '["text"]', '[{"conversations": [{"value": 1}, {}]}]',
+                                     '[{"conversations": [{"from": "human"}]}]'])
+def test_sglang_random_refuses_a_file_that_is_not_sharegpt(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    cfg = DatasetConfig(name="random", num_prompts=2, random_input_len=8, seed=0, convention="sglang",
+                        tokenizer_path=TOKENIZERS["tiny_llama"], dataset_path=str(path))
+    with pytest.raises(ValueError, match="not a ShareGPT file|no string 'value'|no usable conversations"):
+        build_prompts(cfg)
