@@ -31,7 +31,7 @@ from loadgen.plan.config import (
     RunConfig,
     auto_workers,
 )
-from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range
+from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range, upstream_prompts
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="cut a response whose head (1xx heads included) passes this many bytes (error bad_response)")
     a("--max-error-rate", type=at.fraction, default=None,
       help="exit 4 when the failed fraction passes this (default: only when all failed)")
-    a("--ignore-eos", action="store_true", help="send ignore_eos: true")
+    a("--ignore-eos", action="store_true", help="send ignore_eos: true (always with --flags-from vllm --dataset random)")
     a("--min-tokens", action="store_true", help="send min_tokens equal to the output length")
     a("--no-usage", action="store_true", help="do not ask for stream_options.include_usage")
     a("--extra-request-body", type=at.json_object, default={}, help="JSON object merged into every request body")
@@ -264,13 +264,11 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     defaults = CONVENTION_DEFAULTS[convention]
     seed = defaults["seed"] if args.seed is None else args.seed
     backend = BACKEND_ALIASES[args.backend]
-    if args.dataset == "random-ids" and backend != "openai-completions":
-        raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions")
     cfg = RunConfig(
         base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
         stream=not args.no_stream, concurrency=args.concurrency, request_rate=args.request_rate,
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
-        warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
+        warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=_ignore_eos(args),
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
         stamps=args.stamps,
@@ -300,7 +298,15 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
         multi_turn_think_time_s=_think_time_s(args), multi_turn_max_context_bytes=args.multi_turn_max_context_bytes,
     )
+    if dcfg.name == "random-ids" and upstream_prompts(dcfg) is None and backend != "openai-completions":
+        raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions "
+                         "(or --tokenizer with --flags-from sglang: SGLang's random-ids, sent as text)")
     return cfg, dcfg
+
+
+def _ignore_eos(args: argparse.Namespace) -> bool:
+    # NOTE: vllm bench serve (0.32.0) always sends ignore_eos with its random dataset.
+    return args.ignore_eos or (args.flags_from == "vllm" and args.dataset == "random")
 
 
 def _think_time_s(args: argparse.Namespace) -> float:
@@ -343,6 +349,14 @@ def convention_note(dcfg: DatasetConfig) -> str | None:
     return (f"loadgen: --random-range-ratio {dcfg.random_range_ratio:g} follows SGLang's meaning: output lengths "
             f"uniform in [{low}, {high}] (mean {(low + high) / 2:g}); for vLLM's (exactly "
             f"{dcfg.random_output_len} at 0) pass --flags-from vllm")
+
+
+def prompts_note(dcfg: DatasetConfig) -> str | None:
+    """A warning when --flags-from vllm cannot rebuild vLLM's random prompts (no tokenizer file)."""
+    if dcfg.convention != "vllm" or dcfg.name != "random" or upstream_prompts(dcfg) is not None:
+        return None
+    return ("loadgen: the random prompts are loadgen's own, not vllm bench serve's: vLLM's are rebuilt "
+            "from the model's tokenizer file (pass --tokenizer)")
 
 
 def available_memory_bytes() -> int | None:
@@ -398,8 +412,9 @@ def _run(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     ray_cfg = ray_config(args, parser)
-    if (note := convention_note(dcfg)) is not None and not args.quiet:
-        print(note, file=sys.stderr)
+    for note in (convention_note(dcfg), prompts_note(dcfg)):
+        if note is not None and not args.quiet:
+            print(note, file=sys.stderr)
     if (note := memory_note(cfg, dcfg, available_memory_bytes())) is not None:
         print(note, file=sys.stderr)
     if args.ready_check_timeout_sec:

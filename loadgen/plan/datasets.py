@@ -114,6 +114,20 @@ def load_tokenizer(path: str | None):
     return Tokenizer.from_file(tokenizer_file(path))
 
 
+def upstream_prompts(cfg: DatasetConfig) -> str | None:
+    """Whose prompts the dataset rebuilds exactly (loadgen/plan/upstream.py): "vllm" (`vllm bench
+    serve`'s random), "sglang-random-ids" (bench_serving's, as text), "sglang-random" (bench_serving's
+    random from a ShareGPT `dataset_path`), or None (loadgen's own). Each needs the tokenizer file:
+    its vocabulary and special tokens are part of the algorithm."""
+    if cfg.tokenizer_path is None or cfg.name not in ("random", "random-ids"):
+        return None
+    if cfg.convention == "vllm":
+        return "vllm" if cfg.name == "random" else None
+    if cfg.name == "random-ids":
+        return "sglang-random-ids"
+    return "sglang-random" if cfg.dataset_path is not None else None
+
+
 def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
     """The dataset's prompts, deterministic for a given seed (and tokenizer).
 
@@ -122,6 +136,12 @@ def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
     rng = random.Random(cfg.seed)
     if tokenizer is None and cfg.tokenizer_path is not None:
         tokenizer = FileTokenizer(cfg.tokenizer_path)
+    upstream = upstream_prompts(cfg)
+    if upstream is not None:
+        # NOTE: imported here: upstream.py uses this module's Prompt and length_range.
+        from loadgen.plan.upstream import BUILDERS
+
+        return BUILDERS[upstream](cfg, tokenizer)
     if cfg.name == "random":
         return _random_text(cfg, rng, tokenizer)
     if cfg.name == "random-ids":

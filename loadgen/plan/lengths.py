@@ -80,9 +80,9 @@ class FileTokenizer:
         """Token ids of `text`, without special tokens."""
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: list[int]) -> str:
-        """Text of `ids`."""
-        return self.tokenizer.decode(ids)
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of `ids` (without special tokens unless `skip_special_tokens` is False)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
 class ServerTokenizer:

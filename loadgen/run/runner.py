@@ -23,7 +23,7 @@ from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.measure.server_metrics import Scraper, server_vs_client
 from loadgen.measure.timeline import cdf, timeline
 from loadgen.plan.config import RayConfig, RunConfig
-from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts
+from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts, upstream_prompts
 from loadgen.plan.lengths import (
     SOURCE_ESTIMATE,
     SOURCE_FILE,
@@ -35,6 +35,7 @@ from loadgen.plan.lengths import (
 )
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
 from loadgen.plan.sessions import Session, build_sessions
+from loadgen.plan.upstream import PROMPTS_FROM
 from loadgen.run.client import request_body
 from loadgen.run.worker import (
     NUM_COUNTERS,
@@ -105,7 +106,7 @@ def wait_ready(cfg: RunConfig, timeout_s: float) -> None:
 
 def prompt_tokenizer(cfg: RunConfig, dcfg: DatasetConfig):
     """The tokenizer that fits prompt lengths, and how lengths are obtained (said on stderr)."""
-    if dcfg.name == "random-ids":
+    if dcfg.name == "random-ids" and upstream_prompts(dcfg) is None:
         return None, SOURCE_IDS
     if dcfg.tokenizer_path is not None:
         try:
@@ -323,7 +324,8 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     lat = latencies(cfg, [r for r in records if r.ok])
     summary = summarize(cfg, records, [r.health for r in results], lat)
     interrupted = interrupted or any(r.interrupted for r in results)
-    info = {"input_lengths": source, "length_convention": dcfg.convention}
+    info = {"input_lengths": source, "length_convention": dcfg.convention,
+            "prompts_from": PROMPTS_FROM.get(upstream_prompts(dcfg), "loadgen")}
     if with_chat_template(cfg, [], tokenizer)[1]:
         info["input_lengths"] += " + chat template (tokenizer_config.json)"
     summary["workers_lost"] = lost
