@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 from loadgen.report import peers  # noqa: E402
 from loadgen.report.results import TABLE_ROWS, fmt  # noqa: E402
@@ -36,6 +37,7 @@ NO_TIMELINE = "no timeline in this file (older loadgen)"
 NO_CDF = "no CDF in this file (older loadgen)"
 #: Labels and names from files are text: `$...$` in them is not parsed as mathtext.
 TEXT_ONLY = {"text.parse_math": False}
+PLAIN_TICKS = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
 CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1150px; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
@@ -358,11 +360,27 @@ def _cdf_plot(cdfs) -> str:
             if points:
                 ax.plot([v for _, v in points], [q / 100 for q, _ in points], color=color, label=label)
         if ax.lines and min(min(line.get_xdata()) for line in ax.lines) > 0:
-            ax.set_xscale("log")
+            log_x(ax)
         ax.set_xlabel(name)
         ax.set_ylabel("fraction of samples")
     _finish(*axes.flat)
     return _png(fig)
+
+
+def log_x(ax) -> None:
+    """A log x axis labelled in plain numbers: its own labels are mathtext, which TEXT_ONLY turns
+    off (they would show as `$\\mathdefault{10^{1}}$`)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(PLAIN_TICKS)
+    ax.xaxis.set_minor_formatter(_minor_ticks(ax))
+
+
+def _minor_ticks(ax) -> matplotlib.ticker.Formatter:
+    """Plain labels on a log axis's minor ticks while it spans less than a decade (else none)."""
+    def label(value, _) -> str:
+        low, high = ax.get_xlim()
+        return f"{value:g}" if high < 10 * low else ""
+    return matplotlib.ticker.FuncFormatter(label)
 
 
 def _server_series(run: dict) -> dict | None:
