@@ -318,14 +318,16 @@ class _Requests:
         return out
 
     def cdf(self) -> dict:
-        """CDF points of each latency the lists give (absent ones are missing keys)."""
-        return {f"{name}_ms": cdf_points(values) for name, values in self._latencies_ms().items()}
+        """CDF points of each latency the lists give (absent or empty ones are missing keys)."""
+        return {f"{name}_ms": cdf_points(values) for name, values in self._latencies_ms().items() if values.size}
 
     def why_no_cdf(self, spec: Tool) -> str | None:
-        if self._latencies_ms():
+        if self.cdf():
             return None
         if self.lists and self.ok is None:
             return "no per-request outcome in this file (some failed, and it has no `errors`): no CDF"
+        if self.lists and self.ok is not None and not self.ok.any():
+            return "no request succeeded: no CDF"
         return spec.no_cdf
 
     def timeline(self) -> dict | None:
