@@ -77,7 +77,8 @@ class _ExtraData(JsonFileError):
 
 def _parse(data: bytes, where, max_depth: int, infinity_keys: frozenset[str]):
     """One JSON value from `data`, checked; `where` names it in messages (a file, `file line 3`)."""
-    constant = _infinity if infinity_keys else _constant
+    infinities: list[str] = []
+    constant = (lambda name: infinities.append(name) or _infinity(name)) if infinity_keys else _constant
     try:
         value = json.loads(data, parse_constant=constant, parse_float=_float, parse_int=_int)
     except RecursionError:
@@ -89,7 +90,8 @@ def _parse(data: bytes, where, max_depth: int, infinity_keys: frozenset[str]):
         raise JsonFileError(f"cannot read {where}: not JSON: {exc}") from None
     if depth(value, max_depth) > max_depth:
         raise _too_deep(where, max_depth)
-    if infinity_keys and (at := _infinity_at(value, infinity_keys)) is not None:
+    allowed = sum(1 for k in infinity_keys if isinstance(value, dict) and value.get(k) == math.inf)
+    if len(infinities) > allowed and (at := _infinity_at(value, infinity_keys)) is not None:
         raise JsonFileError(f"cannot read {where}: not JSON: Infinity at {at} is not a JSON number "
                             f"(RFC 8259; only a top-level {' or '.join(sorted(infinity_keys))} may be)")
     return value

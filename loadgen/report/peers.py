@@ -17,6 +17,8 @@ field either tool adds later lands in `provenance.also`. The files are checked b
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 import re
@@ -153,9 +155,10 @@ def made_by(tool: str, data: dict) -> str:
     return "unknown (neither loadgen's, vLLM's nor SGLang's fields)"
 
 
-def as_run(data: dict, tool: str) -> dict:
-    """A peer's file (`tool` 'vllm' or 'sglang') as a loadgen run: loadgen's keys, `config`, `cdf`,
-    `timeline` when its lists allow one, and `provenance` (who made it, notes, every other field)."""
+def as_run(data: dict, tool: str, plots: bool = True) -> dict:
+    """A peer's file (`tool` 'vllm' or 'sglang') as a loadgen run: loadgen's keys, `config`,
+    `provenance` (who made it, notes, every other field) and, with `plots`, `cdf` and `timeline`
+    from its per-request lists (and why a plot has no data)."""
     spec = TOOLS[tool]
     run: dict = {}
     placed: dict[str, str] = {}
@@ -170,19 +173,27 @@ def as_run(data: dict, tool: str) -> dict:
             run[target] = value
     requests = _Requests(data, spec)
     run.update(requests.derived(run))
-    run["cdf"] = requests.cdf()
-    if (timeline := requests.timeline()) is not None:
-        run["timeline"] = timeline
     run["provenance"] = {
         "tool": tool, "made_by": made_by(tool, data), "stamps": spec.stamps, "fields": placed,
         "notes": {k: v for k, v in spec.notes.items() if _has(run, k)},
         "also": {k: v for k, v in data.items() if k not in placed},
-        "no_timeline": None if timeline is not None else requests.why_no_timeline or spec.no_timeline,
-        "no_cdf": requests.why_no_cdf(spec),
-        "timeline_note": "per-second counts are chunks with `choices` (vLLM counts each as a token)"
-        if timeline is not None else None,
     }
+    if plots:
+        _add_plots(run, requests, spec)
     return run
+
+
+def _add_plots(run: dict, requests: _Requests, spec: Tool) -> None:
+    """`cdf` and `timeline` from the per-request lists, and why a plot has no data."""
+    run["cdf"] = requests.cdf()
+    timeline = requests.timeline()
+    if timeline is not None:
+        run["timeline"] = timeline
+    run["provenance"].update(
+        no_cdf=requests.why_no_cdf(spec),
+        no_timeline=None if timeline is not None else requests.why_no_timeline or spec.no_timeline,
+        timeline_note="per-second counts are chunks with `choices` (vLLM counts each as a token)"
+        if timeline is not None else None)
 
 
 def _target(spec: Tool, key: str) -> str | None:
@@ -301,7 +312,8 @@ class _Requests:
             out["concurrency"] = float(lat[self.ok].sum()) / duration
         return out
 
-    def _latencies_ms(self) -> dict[str, np.ndarray]:
+    @functools.cached_property
+    def latencies_ms(self) -> dict[str, np.ndarray]:
         """The successful requests' TTFT, ITL, TPOT and E2E values (ms) the lists give."""
         out = {}
         ttft, lat, lens = self._values("ttfts"), self._values("latencies"), self._values("output_lens")
@@ -309,7 +321,7 @@ class _Requests:
             out["ttft"] = ttft[self.ok] * 1e3
         if "itls" in self.lists and self.ok is not None:
             gaps = [g for g, ok in zip(self.lists["itls"], self.ok, strict=True) if ok]
-            out["itl"] = np.asarray([x for g in gaps for x in g], dtype=np.float64) * 1e3
+            out["itl"] = np.fromiter(itertools.chain.from_iterable(gaps), np.float64) * 1e3
         if lat is not None:
             out["e2e_latency"] = lat[self.ok] * 1e3
         if lat is not None and ttft is not None and lens is not None:
@@ -319,10 +331,10 @@ class _Requests:
 
     def cdf(self) -> dict:
         """CDF points of each latency the lists give (absent or empty ones are missing keys)."""
-        return {f"{name}_ms": cdf_points(values) for name, values in self._latencies_ms().items() if values.size}
+        return {f"{name}_ms": cdf_points(values) for name, values in self.latencies_ms.items() if values.size}
 
     def why_no_cdf(self, spec: Tool) -> str | None:
-        if self.cdf():
+        if any(values.size for values in self.latencies_ms.values()):
             return None
         if self.lists and self.ok is None:
             return "no per-request outcome in this file (some failed, and it has no `errors`): no CDF"
@@ -341,15 +353,15 @@ class _Requests:
         events = [s + t + np.concatenate([[0.0], np.cumsum(g)]) for s, t, g, good
                   in zip(start, ttft, self.lists["itls"], ok, strict=True) if good]
         event_at = np.concatenate(events) if events else np.zeros(0)
+        gap_at = np.concatenate([e[1:] for e in events]) if events else np.zeros(0)
+        del events
         span = max(float((start + lat).max()), float(event_at.max()) if event_at.size else 0.0)
         if span > MAX_TIMELINE_SPAN_S:
             self.why_no_timeline = f"its per-request times span {span:.3g} s: no timeline drawn"
             return None
         interval = max(1.0, math.ceil(span / MAX_TIMELINE_BUCKETS))
-        ns = lambda s: np.asarray(np.asarray(s) * 1e9, dtype=np.int64)  # noqa: E731
-        gaps = [np.asarray(g, dtype=np.float64) for g, good in zip(self.lists["itls"], ok, strict=True) if good]
+        ns = lambda s: (np.asarray(s) * 1e9).astype(np.int64)  # noqa: E731
         stamps = Stamps(starts=ns(start), ends=ns(start + lat), failed=~ok, first_at=ns(start[ok] + ttft[ok]),
                         ttft_ms=ttft[ok] * 1e3, event_at=ns(event_at), event_tokens=np.ones(event_at.size),
-                        gap_at=ns(np.concatenate([e[1:] for e in events]) if events else np.zeros(0)),
-                        gap_ms=np.concatenate(gaps) * 1e3 if gaps else np.zeros(0))
+                        gap_at=ns(gap_at), gap_ms=self.latencies_ms["itl"])
         return {"interval_s": interval, "buckets": buckets(stamps, interval), "steady_state": None}

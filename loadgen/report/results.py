@@ -313,7 +313,7 @@ def compare(paths: list[str], console: Console | None = None) -> Table:
     """Print the runs in `paths` side by side, each with its ratio to the first: who made each file,
     a note on each cell whose tool defines the row otherwise (or lacks it), and each peer file's
     fields that reach no row."""
-    names, runs = load_files(paths)
+    names, runs = load_files(paths, plots=False)
     if runs[0].get("kind") == "sweep":
         from loadgen.report.sweep_tables import compare_sweeps  # NOTE: it imports this module
 

@@ -28,10 +28,12 @@ _PLAIN_KEY = re.compile(r"[\w.%-]{1,60}", re.ASCII)
 
 @dataclass(frozen=True)
 class Kind:
-    """A leaf type: its name in messages and its test."""
+    """A leaf type: its name in messages and its test; `many`, a faster test of a whole list of
+    them (a list it fails is then looked at item by item, for the message)."""
 
     name: str
     test: Callable[[object], bool]
+    many: Callable[[list], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,17 @@ def _is_interval(value) -> bool:
     return (low is None and high is None) or (_is_num(low) and _is_num(high) and low <= mean <= high)
 
 
-NUM = Kind(f"a number within ±{MAX_NUMBER:g}", _is_num)
-NONNEG = Kind(f"a number within 0..{MAX_NUMBER:g}", lambda v: _is_num(v) and v >= 0)
-RATE = Kind('a number, Infinity or "inf"', lambda v: _is_num(v) or v in (float("inf"), "inf", "trace"))
+def _are_nums(values: list, low: float = -MAX_NUMBER) -> bool:
+    """Every value an int or float (not a bool) within [low, MAX_NUMBER]: one pass each for the
+    types and the range, where a per-item test costs seconds on a long per-request list."""
+    return all(type(v) is float or type(v) is int for v in values) and (
+        not values or (min(values) >= low and max(values) <= MAX_NUMBER))
+
+
+NUM = Kind(f"a number within ±{MAX_NUMBER:g}", _is_num, _are_nums)
+NONNEG = Kind(f"a number within 0..{MAX_NUMBER:g}", lambda v: _is_num(v) and v >= 0,
+              lambda values: _are_nums(values, 0))
+RATE = Kind('a number, Infinity, "inf" or "trace"', lambda v: _is_num(v) or v in (float("inf"), "inf", "trace"))
 STR = Kind("a string", lambda v: isinstance(v, str))
 BOOL = Kind("true or false", lambda v: isinstance(v, bool))
 OBJECT = Kind("an object", lambda v: isinstance(v, dict))
@@ -152,28 +162,28 @@ class FieldError(ValueError):
     """A field of the wrong type; the message says where (`summary.ttft_split.mean_ms`) and what."""
 
 
-def load_files(paths: list[str]) -> tuple[list[str], list[dict]]:
+def load_files(paths: list[str], plots: bool = True) -> tuple[list[str], list[dict]]:
     """Every run in `paths` in order, and its name (`load_runs`); ValueError naming the file for a
     bad one, or for sweeps mixed with single runs."""
-    pairs = [pair for path in paths for pair in load_runs(path)]
+    pairs = [pair for path in paths for pair in load_runs(path, plots)]
     names, runs = [name for name, _ in pairs], [run for _, run in pairs]
     check_kinds(runs, names)
     return names, runs
 
 
-def load_runs(path: str) -> list[tuple[str, dict]]:
+def load_runs(path: str, plots: bool = True) -> list[tuple[str, dict]]:
     """The runs in one saved file, each `(name, run)`: a run or sweep file is one run named by its
     file name; JSON Lines (SGLang's `--output-file`, `--append-result`) one per line, `name #N`.
     Each is checked (ValueError naming the file otherwise); a peer's is mapped onto loadgen's keys
-    (peers.as_run); every run gets `provenance` (the tool that made it)."""
+    (peers.as_run; its plots' data only with `plots`); every run gets `provenance` (the tool that made it)."""
     values = read_json_values(path, infinity_keys=peers.INFINITY_KEYS)
     base = os.path.basename(path)
     return [(base if len(values) == 1 else f"{base} #{n}",
-             _checked(value, path if len(values) == 1 else f"{path} #{n}"))
+             _checked(value, path if len(values) == 1 else f"{path} #{n}", plots))
             for n, value in enumerate(values, 1)]
 
 
-def _checked(data, where: str) -> dict:
+def _checked(data, where: str, plots: bool) -> dict:
     """One JSON value of a file checked as a run or sweep, or ValueError naming `where`."""
     if not isinstance(data, dict):
         raise ValueError(f"{where} is not a loadgen results file (--output): its JSON is "
@@ -189,7 +199,7 @@ def _checked(data, where: str) -> dict:
     except FieldError as exc:
         raise ValueError(f"{where} is not a {_kind_name(data, tool)} file: {exc}") from None
     if tool in peers.TOOLS:
-        return peers.as_run(data, tool)
+        return peers.as_run(data, tool, plots)
     return {**data, "provenance": {"tool": tool, "made_by": peers.made_by(tool, data)}}
 
 
@@ -222,6 +232,8 @@ def check(value, spec, where: str = "") -> None:
             raise FieldError(f"{where or 'the file'} is {_json_kind(value)}, expected {spec.name}")
     elif isinstance(spec, list):
         _expect(value, list, "a list", where)
+        if isinstance(spec[0], Kind) and spec[0].many is not None and spec[0].many(value):
+            return
         for i, item in enumerate(value):
             check(item, spec[0], f"{where}[{i}]")
     elif isinstance(spec, MapOf):
