@@ -56,7 +56,8 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty",
 
 USAGE_EPILOG = """\
 subcommands:
-  loadgen compare A.json B.json ...   print saved runs (--output files) side by side, with ratios
+  loadgen compare A.json B.json ...   print saved runs side by side, with ratios (loadgen's --output
+                                      files, vllm bench serve --save-result, SGLang --output-file)
   loadgen report A.json ... --output report.html
                                       one self-contained HTML page of saved runs, with plots
   loadgen sweep --concurrency 1,8,64 [--repeats N] [--slo ...] [run flags]
