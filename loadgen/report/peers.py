@@ -268,14 +268,21 @@ def unshown(run: dict, shown: set[str]) -> dict:
 
 
 def brief(value, limit: int = 120) -> str:
-    """A field's value in one short line: numbers and short text as they are, lists by size."""
-    if isinstance(value, list):
-        if value and all(isinstance(v, str) for v in value):
-            return f"{len(value)} strings ({sum(1 for v in value if v)} not empty)"
-        inner = sum(len(v) for v in value if isinstance(v, list))
-        return f"{len(value)} per-request values" + (f" ({inner} in all)" if inner else "")
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    """A field's value in one short line: numbers, short text and short lists as they are, longer
+    lists by size (`list of 8 numbers`, `list of 8 strings (1 not empty)`), anything past `limit` cut."""
+    if isinstance(value, list) and (len(value) > 16 or len(text := _json(value)) > limit):
+        kinds = {type(v).__name__ for v in value}
+        if kinds == {"str"}:
+            return f"list of {len(value)} strings ({sum(1 for v in value if v)} not empty)"
+        if kinds == {"list"}:
+            return f"list of {len(value)} lists ({sum(len(v) for v in value)} values in all)"
+        return f"list of {len(value)} " + ("numbers" if kinds <= {"int", "float"} else "values")
+    text = value if isinstance(value, str) else _json(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _json(value) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 class _Requests:
