@@ -42,7 +42,7 @@ from loadgen.report.results import (
     write_json,
     write_records,
 )
-from loadgen.report.runfile import check_kinds, load_run
+from loadgen.report.runfile import load_files
 from loadgen.report.sweep_tables import print_sweep_table
 from loadgen.run.runner import SetupError, run, wait_ready
 from loadgen.sweep.driver import EXIT_STOPPED, SweepSpec, exit_code, run_sweep
@@ -57,7 +57,8 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty",
 
 USAGE_EPILOG = """\
 subcommands:
-  loadgen compare A.json B.json ...   print saved runs (--output files) side by side, with ratios
+  loadgen compare A.json B.json ...   print saved runs side by side, with ratios (loadgen's --output
+                                      files, vllm bench serve --save-result, SGLang --output-file)
   loadgen report A.json ... --output report.html
                                       one self-contained HTML page of saved runs, with plots
   loadgen sweep --concurrency 1,8,64 [--repeats N] [--slo ...] [run flags]
@@ -452,7 +453,9 @@ def _run(argv: list[str]) -> int:
 
 def _compare(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="loadgen compare",
-                                description="Saved runs (--output files) side by side, with ratios to the first.")
+                                description="Saved runs side by side, with ratios to the first: loadgen's "
+                                "--output files, vllm bench serve --save-result files, SGLang bench_serving "
+                                "--output-file files.")
     p.add_argument("paths", nargs="+", metavar="RUN.json")
     args = p.parse_args(argv)
     try:
@@ -465,26 +468,28 @@ def _compare(argv: list[str]) -> int:
 
 def _report(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="loadgen report",
-                                description="One self-contained HTML page of saved runs (--output files): "
-                                "summary, client health, flags, machine, and plots over time.")
+                                description="One self-contained HTML page of saved runs (loadgen's --output "
+                                "files, vllm bench serve --save-result files, SGLang bench_serving --output-file "
+                                "files): summary, client health, flags, machine, and plots over time.")
     p.add_argument("paths", nargs="+", metavar="RUN.json")
     p.add_argument("--output", type=at.writable_path, required=True, metavar="PATH",
                    help="the HTML file to write")
     p.add_argument("--label", action="append", default=None,
-                   help="a run's name, once per RUN.json in order (default: its label, else the file name)")
+                   help="a run's name, once per run in order (a JSON Lines file holds one per line; default: its "
+      "label, else the file name)")
     args = p.parse_args(argv)
-    if args.label is not None and len(args.label) != len(args.paths):
-        p.error(f"--label given {len(args.label)} times for {len(args.paths)} files")
     try:
-        runs = [load_run(path) for path in args.paths]
-        check_kinds(runs, args.paths)
+        names, runs = load_files(args.paths)
     except ValueError as exc:
         print(f"loadgen report: {exc}", file=sys.stderr)
         return 2
+    if args.label is not None and len(args.label) != len(runs):
+        held = f" holding {len(runs)} runs" if len(runs) != len(args.paths) else ""
+        p.error(f"--label given {len(args.label)} times for {len(args.paths)} files{held}")
     from loadgen.report.html import default_label, render  # NOTE: matplotlib only when asked for
     from loadgen.report.sweep_html import render_sweeps
 
-    labels = args.label or [default_label(run, path) for run, path in zip(runs, args.paths, strict=True)]
+    labels = args.label or [default_label(run, name) for run, name in zip(runs, names, strict=True)]
     page = render_sweeps(runs, labels) if runs[0].get("kind") == "sweep" else render(runs, labels)
     with open(args.output, "w", encoding="utf-8") as f:
         f.write(page)

@@ -7,6 +7,8 @@ its first token or an event arrived; ITL gaps count in the bucket of their later
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from loadgen.measure.metrics import latencies, origin_ns
@@ -48,22 +50,38 @@ def _in_flight(starts: np.ndarray, ends: np.ndarray, num: int, step: int) -> np.
     return np.diff(np.interp(edges, times, area)) / step
 
 
-class _Stamps:
-    """The records' times as arrays of ns from the origin, with what each time carries."""
+@dataclass(frozen=True)
+class Stamps:
+    """A run's times as int64 ns from the origin, with what each carries: each request's start and
+    end (`failed` marks it), first-token times with their TTFTs (ms), event times with their
+    tokens, and ITL gaps (ms) at their later event."""
 
-    def __init__(self, cfg: RunConfig, records: list[RequestRecord], t0: int) -> None:
-        self.starts = np.asarray([r.start_ns - t0 for r in records], dtype=np.int64)
-        self.ends = np.asarray([max(r.end_ns, r.start_ns) - t0 for r in records], dtype=np.int64)
-        self.failed = np.asarray([not r.ok for r in records], dtype=bool)
-        ok = [r for r in records if r.ok]
-        first = [r for r in ok if r.first_token_ns is not None]
-        self.first_at = np.asarray([r.first_token_ns - t0 for r in first], dtype=np.int64)
-        self.ttft_ms = np.asarray([(r.first_token_ns - origin_ns(cfg, r)) / 1e6 for r in first])
-        self.event_at = _join([np.asarray(r.chunk_ns, dtype=np.int64) - t0 for r in ok], np.int64)
-        self.event_tokens = _join([_event_tokens(r) for r in ok], np.float64)
-        gaps = [np.asarray(r.chunk_ns, dtype=np.int64) for r in ok if len(r.chunk_ns) > 1]
-        self.gap_at = _join([g[1:] - t0 for g in gaps], np.int64)
-        self.gap_ms = _join([np.diff(g) / 1e6 for g in gaps], np.float64)
+    starts: np.ndarray
+    ends: np.ndarray
+    failed: np.ndarray
+    first_at: np.ndarray
+    ttft_ms: np.ndarray
+    event_at: np.ndarray
+    event_tokens: np.ndarray
+    gap_at: np.ndarray
+    gap_ms: np.ndarray
+
+
+def record_stamps(cfg: RunConfig, records: list[RequestRecord], t0: int) -> Stamps:
+    """The records' Stamps, from the origin `t0`."""
+    ok = [r for r in records if r.ok]
+    first = [r for r in ok if r.first_token_ns is not None]
+    gaps = [np.asarray(r.chunk_ns, dtype=np.int64) for r in ok if len(r.chunk_ns) > 1]
+    return Stamps(
+        starts=np.asarray([r.start_ns - t0 for r in records], dtype=np.int64),
+        ends=np.asarray([max(r.end_ns, r.start_ns) - t0 for r in records], dtype=np.int64),
+        failed=np.asarray([not r.ok for r in records], dtype=bool),
+        first_at=np.asarray([r.first_token_ns - t0 for r in first], dtype=np.int64),
+        ttft_ms=np.asarray([(r.first_token_ns - origin_ns(cfg, r)) / 1e6 for r in first]),
+        event_at=_join([np.asarray(r.chunk_ns, dtype=np.int64) - t0 for r in ok], np.int64),
+        event_tokens=_join([_event_tokens(r) for r in ok], np.float64),
+        gap_at=_join([g[1:] - t0 for g in gaps], np.int64),
+        gap_ms=_join([np.diff(g) / 1e6 for g in gaps], np.float64))
 
 
 def _join(parts: list[np.ndarray], dtype) -> np.ndarray:
@@ -76,7 +94,15 @@ def _event_tokens(rec: RequestRecord) -> np.ndarray:
     return np.ones(len(rec.chunk_ns))
 
 
-def _buckets(s: _Stamps, num: int, step: int) -> list[dict]:
+def buckets(stamps: Stamps, interval_s: float = 1.0) -> list[dict]:
+    """The `timeline.buckets` of `stamps`: one per `interval_s` from the origin to the last start or end."""
+    step = max(1, int(interval_s * 1e9))
+    if stamps.starts.size == 0:
+        return []
+    return _buckets(stamps, int(max(stamps.ends.max(), stamps.starts.max()) // step) + 1, step)
+
+
+def _buckets(s: Stamps, num: int, step: int) -> list[dict]:
     idx = lambda at: np.minimum(at // step, num - 1)  # noqa: E731
     started = np.bincount(idx(s.starts), minlength=num)
     finished = np.bincount(idx(s.ends), minlength=num)
@@ -129,20 +155,19 @@ def timeline(cfg: RunConfig, records: list[RequestRecord], interval_s: float = 1
     if not records:
         return {"interval_s": interval_s, "buckets": [], "steady_state": None}
     t0 = min(r.intended_ns for r in records)
-    stamps = _Stamps(cfg, records, t0)
-    num = int(max(stamps.ends.max(), stamps.starts.max()) // step) + 1
-    buckets = _buckets(stamps, num, step)
-    return {"interval_s": interval_s, "buckets": buckets,
-            "steady_state": steady_state(cfg, records, buckets, t0, step)}
+    parts = buckets(record_stamps(cfg, records, t0), interval_s)
+    return {"interval_s": interval_s, "buckets": parts,
+            "steady_state": steady_state(cfg, records, parts, t0, step)}
 
 
 def cdf(cfg: RunConfig, records: list[RequestRecord], lat: dict[str, list[float]] | None = None) -> dict:
     """`[percentile, value]` points of each latency's distribution, for CDF plots; `lat`: the
     successful records' `latencies`, when the caller already has them."""
     lat = lat if lat is not None else latencies(cfg, [r for r in records if r.ok])
-    out = {}
-    for name in ("ttft", "itl", "tpot", "e2e_latency"):
-        num, _, _, _, values = value_stats(lat[name], CDF_PERCENTILES)
-        values = values if num else []
-        out[f"{name}_ms"] = [[float(p), float(v)] for p, v in zip(CDF_PERCENTILES, values, strict=False)]
-    return out
+    return {f"{name}_ms": cdf_points(lat[name]) for name in ("ttft", "itl", "tpot", "e2e_latency")}
+
+
+def cdf_points(values) -> list[list[float]]:
+    """`[percentile, value]` at CDF_PERCENTILES of `values` (a list, an array or a LogHistogram); [] when empty."""
+    num, _, _, _, points = value_stats(values, CDF_PERCENTILES)
+    return [[float(p), float(v)] for p, v in zip(CDF_PERCENTILES, points, strict=True)] if num else []

@@ -19,11 +19,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
+from loadgen.report import peers  # noqa: E402
 from loadgen.report.results import TABLE_ROWS, fmt  # noqa: E402
 
-LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
-                ("e2e_latency", "E2E latency"))
+LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL per chunk", "e2e_latency": "E2E latency",
+                 "client_queue_time": "client queue time (vLLM)",
+                 "e2el_including_client_queue": "E2E incl. client queue (vLLM)"}
 HEADER_KEYS = ("date", "base_url", "model_id", "backend", "transport", "loadgen_version")
 CDF_KEYS = (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL per chunk (ms)"), ("tpot_ms", "TPOT (ms)"),
             ("e2e_latency_ms", "E2E latency (ms)"))
@@ -31,8 +34,10 @@ SPLIT_PARTS = (("client_network", "client / network", "#8da0cb"), ("queue", "que
                ("prefill", "prefill", "#66c2a5"), ("server_other", "server other", "#b3b3b3"),
                ("decode", "decode (--no-stream: TTFT is the whole response)", "#e78ac3"))
 NO_TIMELINE = "no timeline in this file (older loadgen)"
+NO_CDF = "no CDF in this file (older loadgen)"
 #: Labels and names from files are text: `$...$` in them is not parsed as mathtext.
 TEXT_ONLY = {"text.parse_math": False}
+PLAIN_TICKS = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
 CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1150px; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
@@ -83,7 +88,7 @@ def render(runs: list[dict], labels: list[str]) -> str:
     with plt.rc_context(TEXT_ONLY):
         parts = [_header(runs, labels, colors), _summary(runs, labels), _verdicts(runs, labels),
                  _plots(runs, labels, colors), _server_vs_client(runs, labels),
-                 _flags_and_machine(runs, labels)]
+                 _flags_and_machine(runs, labels), _also_in_the_files(runs, labels)]
     return page("loadgen report: " + ", ".join(labels), parts)
 
 
@@ -117,25 +122,35 @@ def _swatch(color) -> Html:
 
 
 def _header(runs: list[dict], labels: list[str], colors) -> Html:
-    rows = [["colour"] + [_swatch(c) for c in colors]]
+    rows = [["colour"] + [_swatch(c) for c in colors], ["made by"] + [_made_by(run) for run in runs]]
     rows += [[key] + [_cell(run.get(key)) for run in runs] for key in HEADER_KEYS]
     return join([Html("<h2>Runs</h2>"), table(["", *labels], rows)])
 
 
+def _made_by(run: dict) -> str:
+    return str(_dict(run.get("provenance")).get("made_by") or "-")
+
+
 def _summary(runs: list[dict], labels: list[str]) -> Html:
+    """The terminal table's rows and every latency statistic the runs hold; a cell whose tool
+    defines its row otherwise, or lacks it, carries a numbered note (peers.note_for)."""
+    notes = peers.Notes()
     rows = []
     for key, name, spec in TABLE_ROWS:
         if any(run.get(key) is not None for run in runs):
-            rows.append([name] + [fmt(run.get(key), spec) for run in runs])
-    for key, name in LATENCY_ROWS:
-        for stat in ("mean", "median", "p99"):
-            values = [run.get(f"{stat}_{key}_ms") for run in runs]
-            if any(v is not None for v in values):
-                rows.append([f"{name} {stat} (ms)"] + [fmt(v) for v in values])
-    return join([Html("<h2>Summary</h2>"), table(["metric", *labels], rows)])
+            rows.append([name] + [fmt(run.get(key), spec) + notes.ref(peers.note_for(run, key)) for run in runs])
+    for key in peers.latency_keys(runs):
+        stat, metric = peers.LATENCY_KEY.fullmatch(key).groups()
+        rows.append([f"{LATENCY_NAMES[metric]} {stat} (ms)"]
+                    + [fmt(run.get(key)) + notes.ref(peers.note_for(run, key)) for run in runs])
+    footnotes = join(tag("<li>{}</li>", line) for line in notes.lines())
+    return join([Html("<h2>Summary</h2>"), table(["metric", *labels], rows),
+                 tag("<ul class='note'>{}</ul>", footnotes) if notes.lines() else ""])
 
 
-def _verdict(bound) -> Html:
+def _verdict(bound, run: dict) -> Html:
+    if _dict(run.get("provenance")).get("tool") in peers.TOOLS:
+        return tag("<span class='note'>no client-health verdict in this file; made by {}</span>", _made_by(run))
     if bound is None:
         return Html("<span class='note'>client health not judged</span>")
     if bound:
@@ -150,23 +165,28 @@ def _verdicts(runs: list[dict], labels: list[str]) -> Html:
         reasons = "; ".join(health.get("client_bound_reasons") or [])
         cause = health.get("client_bound_cause")
         notes = join(tag("<br><span class='note'>{}</span>", n) for n in health.get("client_health_notes") or [])
-        out.append(tag("<li><b>{}</b>: {}{}{}{}</li>", label, _verdict(run.get("client_bound")),
+        out.append(tag("<li><b>{}</b>: {}{}{}{}</li>", label, _verdict(run.get("client_bound"), run),
                        tag(" ({})", reasons) if reasons else "", tag("<br>cause: {}", cause) if cause else "",
                        notes))
-    return join([*out, Html("</ul>"), _stamps_table(healths, labels)])
+    return join([*out, Html("</ul>"), _stamps_table(runs, healths, labels)])
+
+
+def _stamps(run: dict, health: dict) -> str:
+    """Where a run's event times came from: loadgen's stamp source, or the peer's clock."""
+    return _dict(run.get("provenance")).get("stamps") or health.get("stamp_source", "loop")
 
 
 def _pct(value) -> str:
     return "-" if not isinstance(value, int | float) or isinstance(value, bool) else f"{value:.1%}"
 
 
-def _stamps_table(healths: list[dict], labels: list[str]) -> Html:
+def _stamps_table(runs: list[dict], healths: list[dict], labels: list[str]) -> Html:
     """Where the times came from and how exact they were, per run (see loadgen/README.md, "Client health")."""
     delay = [_dict(h.get("client_delay")) for h in healths]
     refill = [_dict(h.get("refill")) for h in healths]
     workers = [[_dict(w) for w in h.get("workers") or [] if isinstance(w, dict)] for h in healths]
     rows = [
-        ["stamps"] + [h.get("stamp_source", "loop") for h in healths],
+        ["stamps"] + [_stamps(run, h) for run, h in zip(runs, healths, strict=True)],
         ["client delay, loop - kernel, median / p99 / max (ms)"]
         + [" / ".join(fmt(d.get(k)) for k in ("p50_ms", "p99_ms", "max_ms")) if d else "-" for d in delay],
         ["reads"] + [_cell(d.get("reads")) for d in delay],
@@ -221,10 +241,10 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _section(title: str, uri: str | None, missing: list[str], why: str) -> Html:
-    """A plot with a note naming the runs that lack its data (only the note when none has it)."""
+def _section(title: str, uri: str | None, notes: list[str]) -> Html:
+    """A plot with a line per note (a run lacking its data, and why); only the notes when no run has it."""
     return join([tag("<h3>{}</h3>", title), tag("<img alt='{}' src='{}'>", title, uri) if uri else "",
-                 tag("<p class='note'>{}: {}</p>", ", ".join(missing), why) if missing else ""])
+                 *(tag("<p class='note'>{}</p>", note) for note in notes)])
 
 
 def _num(value) -> float:
@@ -239,27 +259,47 @@ def _timeline(run: dict) -> dict | None:
 def _plots(runs: list[dict], labels: list[str], colors) -> Html:
     series = list(zip(runs, labels, colors, strict=True))
     timed = [(_timeline(r), label, c) for r, label, c in series if _timeline(r)]
-    no_tl = [label for r, label, _ in series if not _timeline(r)]
-    cdfs = [(r["cdf"], label, c) for r, label, c in series if isinstance(r.get("cdf"), dict)]
-    no_cdf = [label for r, label, _ in series if not isinstance(r.get("cdf"), dict)]
+    no_tl = [f"{label}: {_missing(r, 'no_timeline', NO_TIMELINE)}" for r, label, _ in series if not _timeline(r)]
+    tl_notes = [f"{label}: {note}" for r, label, _ in series
+                if _timeline(r) and (note := _dict(r.get("provenance")).get("timeline_note"))]
+    cdfs = [(r["cdf"], label, c) for r, label, c in series if _dict(r.get("cdf"))]
+    no_cdf = [f"{label}: {_missing(r, 'no_cdf', NO_CDF)}" for r, label, _ in series if not _dict(r.get("cdf"))]
     server = [(_server_series(r), label, c) for r, label, c in series]
     splits = [(_dict(r.get("summary"))["ttft_split"], label) for r, label, _ in series
               if isinstance(_dict(r.get("summary")).get("ttft_split"), dict)]
     parts = [
         Html("<h2>Plots</h2>"),
         _section("Output throughput and requests in flight", _throughput_plot(timed) if timed else None,
-                 no_tl, NO_TIMELINE),
-        _section("TTFT and ITL over time", _latency_plot(timed) if timed else None, no_tl, NO_TIMELINE),
-        _section("Latency distributions (CDF)", _cdf_plot(cdfs) if cdfs else None, no_cdf,
-                 "no CDF in this file (older loadgen)"),
+                 no_tl + tl_notes),
+        _section("TTFT and ITL over time", _latency_plot(timed) if timed else None, no_tl),
+        _section("Latency distributions (CDF)", _cdf_plot(cdfs) if cdfs else None, no_cdf),
         _section("Server queue and KV cache",
                  _server_plot([s for s in server if s[0]]) if any(s for s, _, _ in server) else None,
-                 [f"{label} ({_server_status(r)})" for (s, label, _), r in zip(server, runs, strict=True)
-                  if not s], "no server metrics series"),
+                 [f"{label} ({_server_status(r)}): no server metrics series"
+                  for (s, label, _), r in zip(server, runs, strict=True) if not s]),
     ]
     if splits:
-        parts += [_section("TTFT split (mean ms)", _split_plot(splits), [], ""), _split_table(splits)]
+        parts += [_section("TTFT split (mean ms)", _split_plot(splits), []), _split_table(splits)]
     return join(parts, "\n")
+
+
+def _missing(run: dict, key: str, default: str) -> str:
+    """Why a run lacks a plot's data: its provenance says for a peer's file, else `default`."""
+    return _dict(run.get("provenance")).get(key) or default
+
+
+def _also_in_the_files(runs: list[dict], labels: list[str]) -> Html:
+    """Each peer file's fields that reach no other table or plot, as they are (peers.brief)."""
+    out = []
+    for run, label in zip(runs, labels, strict=True):
+        also = _dict(_dict(run.get("provenance")).get("also"))
+        if also:
+            out.append(join([tag("<h3>{}</h3>", label),
+                             table(["field", "value"], [[k, peers.brief(v)] for k, v in also.items()])]))
+    if not out:
+        return Html("")
+    return join([Html("<h2>Also in the files</h2><p class='note'>fields of the peers' files that no table "
+                      "above shows; their per-request times feed the plots</p>"), *out], "\n")
 
 
 def _steady(ax, tl: dict, color) -> None:
@@ -320,11 +360,27 @@ def _cdf_plot(cdfs) -> str:
             if points:
                 ax.plot([v for _, v in points], [q / 100 for q, _ in points], color=color, label=label)
         if ax.lines and min(min(line.get_xdata()) for line in ax.lines) > 0:
-            ax.set_xscale("log")
+            log_x(ax)
         ax.set_xlabel(name)
         ax.set_ylabel("fraction of samples")
     _finish(*axes.flat)
     return _png(fig)
+
+
+def log_x(ax) -> None:
+    """A log x axis labelled in plain numbers: its own labels are mathtext, which TEXT_ONLY turns
+    off (they would show as `$\\mathdefault{10^{1}}$`)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(PLAIN_TICKS)
+    ax.xaxis.set_minor_formatter(_minor_ticks(ax))
+
+
+def _minor_ticks(ax) -> matplotlib.ticker.Formatter:
+    """Plain labels on a log axis's minor ticks while it spans less than a decade (else none)."""
+    def label(value, _) -> str:
+        low, high = ax.get_xlim()
+        return f"{value:g}" if high < 10 * low else ""
+    return matplotlib.ticker.FuncFormatter(label)
 
 
 def _server_series(run: dict) -> dict | None:
@@ -337,6 +393,8 @@ def _server_series(run: dict) -> dict | None:
 
 
 def _server_status(run: dict) -> str:
+    if (tool := _dict(run.get("provenance")).get("tool")) in peers.TOOLS:
+        return f"{peers.TOOLS[tool].name} reads none"
     sm = run.get("server_metrics")
     return str(sm.get("status")) if isinstance(sm, dict) else "not in this file"
 

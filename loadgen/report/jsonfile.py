@@ -4,7 +4,9 @@ memory or time can grow with a hostile file.
 A path that is not a regular file (a FIFO, `/dev/zero`, a directory) is refused without reading or
 waiting on it; so is a file past `max_bytes`, JSON nested past `max_depth` levels, `NaN` or
 `Infinity` (not JSON, RFC 8259), a float that overflows and an integer past 2^63. Each refusal is a
-`JsonFileError` (a ValueError) whose one-line message names the file.
+`JsonFileError` (a ValueError) whose one-line message names the file. `read_json_values` also reads
+JSON Lines (one value per line: SGLang's `--output-file`, `--append-result` files) and may let
+`Infinity` stand for named top-level keys (SGLang writes its default request rate so).
 """
 
 from __future__ import annotations
@@ -53,15 +55,45 @@ def read_bytes(path: str | os.PathLike, max_bytes: int = MAX_FILE_BYTES) -> byte
 
 def read_json(path: str | os.PathLike, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH):
     """The JSON value of the file at `path`, read with `read_bytes` and checked as the module says."""
+    return _parse(read_bytes(path, max_bytes), path, max_depth, frozenset())
+
+
+def read_json_values(path: str | os.PathLike, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH,
+                     infinity_keys: frozenset[str] = frozenset()) -> list:
+    """The JSON values of the file at `path`: one for a JSON document, one per non-blank line for
+    JSON Lines; each checked as `read_json` checks a file, except that `Infinity` may be the value of
+    a top-level key named in `infinity_keys` (it is read as float inf)."""
     data = read_bytes(path, max_bytes)
     try:
-        value = json.loads(data, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        return [_parse(data, path, max_depth, infinity_keys)]
+    except _ExtraData:
+        lines = [(n, line) for n, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+        return [_parse(line, f"{path} line {n}", max_depth, infinity_keys) for n, line in lines]
+
+
+class _ExtraData(JsonFileError):
+    """A JSON value followed by more: maybe JSON Lines."""
+
+
+def _parse(data: bytes, where, max_depth: int, infinity_keys: frozenset[str]):
+    """One JSON value from `data`, checked; `where` names it in messages (a file, `file line 3`)."""
+    infinities: list[str] = []
+    constant = (lambda name: infinities.append(name) or _infinity(name)) if infinity_keys else _constant
+    try:
+        value = json.loads(data, parse_constant=constant, parse_float=_float, parse_int=_int)
     except RecursionError:
-        raise _too_deep(path, max_depth) from None
+        raise _too_deep(where, max_depth) from None
+    except json.JSONDecodeError as exc:
+        kind = _ExtraData if exc.msg == "Extra data" else JsonFileError
+        raise kind(f"cannot read {where}: not JSON: {exc}") from None
     except ValueError as exc:
-        raise JsonFileError(f"cannot read {path}: not JSON: {exc}") from None
+        raise JsonFileError(f"cannot read {where}: not JSON: {exc}") from None
     if depth(value, max_depth) > max_depth:
-        raise _too_deep(path, max_depth)
+        raise _too_deep(where, max_depth)
+    allowed = sum(1 for k in infinity_keys if isinstance(value, dict) and value.get(k) == math.inf)
+    if len(infinities) > allowed and (at := _infinity_at(value, infinity_keys)) is not None:
+        raise JsonFileError(f"cannot read {where}: not JSON: Infinity at {at} is not a JSON number "
+                            f"(RFC 8259; only a top-level {' or '.join(sorted(infinity_keys))} may be)")
     return value
 
 
@@ -93,6 +125,37 @@ def _too_large(path, max_bytes: int) -> JsonFileError:
 
 def _too_deep(path, max_depth: int) -> JsonFileError:
     return JsonFileError(f"cannot read {path}: JSON nested deeper than {max_depth} levels")
+
+
+def _infinity_at(value, allowed: frozenset[str]) -> str | None:
+    """Where an Infinity (read as float inf) stands in `value`, other than as the value of an
+    `allowed` top-level key; None when nowhere."""
+    # NOTE: one iterator per open level, as in `depth`
+    stack = [("", _items(value))]
+    while stack:
+        prefix, items = stack[-1]
+        for key, item in items:
+            if not prefix and key in allowed and item == math.inf:
+                continue
+            where = f"{prefix}[{key}]" if isinstance(key, int) else f"{prefix}.{key}" if prefix else key
+            if isinstance(item, float) and math.isinf(item):
+                return where
+            if isinstance(item, dict | list):
+                stack.append((where, _items(item)))
+                break
+        else:
+            stack.pop()
+    return None
+
+
+def _items(value):
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else iter(())
+
+
+def _infinity(name: str) -> float:
+    if name != "Infinity":
+        _constant(name)
+    return math.inf
 
 
 def _constant(name: str):

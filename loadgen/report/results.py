@@ -16,7 +16,8 @@ from rich.table import Table
 from loadgen import __version__
 from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
 from loadgen.measure.records import RequestRecord
-from loadgen.report.runfile import check_kinds, load_run
+from loadgen.report import peers
+from loadgen.report.runfile import load_files
 from loadgen.run.runner import RunResult
 
 TABLE_ROWS = (
@@ -55,11 +56,12 @@ TOKENS_NOTE = (
 RULE_NOTES = {"loadgen": "every event with a text field, empty text too; no role or finish announcement",
               "vllm": "vllm bench serve's: every event with choices (TTFT at the role chunk)",
               "sglang": "SGLang bench_serving's: events with non-empty text only"}
+
+#: `compare`'s rows before the latency statistics the runs hold (peers.latency_keys).
 COMPARE_KEYS = (
-    "completed", "failed", "duration", "request_throughput", "output_throughput", "total_throughput",
-    "concurrency", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-    "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
-    "median_e2e_latency_ms", "p99_e2e_latency_ms", "request_goodput",
+    "completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+    "input_throughput", "output_throughput", "total_throughput", "max_output_tokens_per_s", "concurrency",
+    "max_concurrent_requests", "request_goodput",
 )
 
 
@@ -346,26 +348,35 @@ def _add_ttft_split(table: Table, split: dict) -> None:
 
 
 def compare(paths: list[str], console: Console | None = None) -> Table:
-    """Print runs side by side, each with its ratio to the first."""
-    runs = [load_run(p) for p in paths]
-    if any(run.get("kind") == "sweep" for run in runs):
+    """Print the runs in `paths` side by side, each with its ratio to the first: who made each file,
+    a note on each cell whose tool defines the row otherwise (or lacks it), and each peer file's
+    fields that reach no row."""
+    names, runs = load_files(paths, plots=False)
+    if runs[0].get("kind") == "sweep":
         from loadgen.report.sweep_tables import compare_sweeps  # NOTE: it imports this module
 
-        check_kinds(runs, paths)
-        return compare_sweeps(runs, [os.path.basename(p) for p in paths], console)
+        return compare_sweeps(runs, names, console)
     console = console or Console()
-    table = Table(title="loadgen compare (ratio to the first run)")
+    notes = peers.Notes()
+    table = Table(title="loadgen compare (ratio to the first run)", caption_justify="left")
     table.add_column("metric")
-    for p in paths:
-        table.add_column(os.path.basename(p), justify="right")
-    for key in COMPARE_KEYS:
-        base = runs[0].get(key)
-        cells = []
-        for run in runs:
-            v = run.get(key)
-            ratio = f" ({v / base:.2f}x)" if isinstance(v, int | float) and base else ""
-            cells.append(fmt(v) + (ratio if run is not runs[0] else ""))
-        table.add_row(key, *cells)
-    table.add_row("client_bound", *[str(r.get("client_bound")) for r in runs])
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_row("made by", *[run["provenance"]["made_by"] for run in runs])
+    keys = (*COMPARE_KEYS, *peers.latency_keys(runs), "client_bound")
+    for key in keys:
+        table.add_row(key, *[_compare_cell(run, runs[0], key, notes) for run in runs])
+    also = [f"{name} also holds: " + "; ".join(f"{k} {peers.brief(v)}" for k, v in extra.items())
+            for name, run in zip(names, runs, strict=True) if (extra := peers.unshown(run, set(keys)))]
+    table.caption = "\n".join(notes.lines() + also) or None
     console.print(table)
     return table
+
+
+def _compare_cell(run: dict, base: dict, key: str, notes: peers.Notes) -> str:
+    """A value with its ratio to the first run's and the note on it."""
+    v, b = run.get(key), base.get(key)
+    text = str(v) if isinstance(v, bool) else fmt(v)
+    if run is not base and isinstance(v, int | float) and not isinstance(v, bool) and b:
+        text += f" ({v / b:.2f}x)"
+    return text + notes.ref(peers.note_for(run, key))

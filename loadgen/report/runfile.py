@@ -1,19 +1,24 @@
-"""Saved run and sweep files read back for `loadgen report` and `loadgen compare`.
+"""Saved run and sweep files read back for `loadgen report` and `loadgen compare`: loadgen's, and
+the peers' (`vllm bench serve --save-result`, SGLang `bench_serving --output-file`, see peers.py).
 
-A file is read with the bounded reader (`jsonfile.read_json`), then every field that `report` or
-`compare` reads is checked against the type they expect, so a file with a field of the wrong type is
-one line naming the file and the field, never a traceback. Fields they do not read are not checked;
-any field may be missing or null (older files lack some) unless marked `Req`.
+A file is read with the bounded reader (`jsonfile.read_json_values`: one JSON document, or JSON
+Lines, one run per line), then every field that `report` or `compare` reads is checked against the
+type they expect (RUN, SWEEP, VLLM, SGLANG, and every latency statistic `*_ms` as a number), so a
+file with a field of the wrong type is one line naming the file and the field, never a traceback.
+Fields they do not read are not checked (a peer's are shown as text); any field may be missing or
+null (older files lack some) unless marked `Req`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadgen.report.jsonfile import read_json
+from loadgen.report import peers
+from loadgen.report.jsonfile import read_json_values
 
 SWEEP_VARIABLES = ("concurrency", "request_rate")
 #: No count, rate, time or latency a run measures comes near this; past it matplotlib cannot draw an axis.
@@ -23,10 +28,12 @@ _PLAIN_KEY = re.compile(r"[\w.%-]{1,60}", re.ASCII)
 
 @dataclass(frozen=True)
 class Kind:
-    """A leaf type: its name in messages and its test."""
+    """A leaf type: its name in messages and its test; `many`, a faster test of a whole list of
+    them (a list it fails is then looked at item by item, for the message)."""
 
     name: str
     test: Callable[[object], bool]
+    many: Callable[[list], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,17 @@ def _is_interval(value) -> bool:
     return (low is None and high is None) or (_is_num(low) and _is_num(high) and low <= mean <= high)
 
 
-NUM = Kind(f"a number within ±{MAX_NUMBER:g}", _is_num)
+def _are_nums(values: list, low: float = -MAX_NUMBER) -> bool:
+    """Every value an int or float (not a bool) within [low, MAX_NUMBER]: one pass each for the
+    types and the range, where a per-item test costs seconds on a long per-request list."""
+    return all(type(v) is float or type(v) is int for v in values) and (
+        not values or (min(values) >= low and max(values) <= MAX_NUMBER))
+
+
+NUM = Kind(f"a number within ±{MAX_NUMBER:g}", _is_num, _are_nums)
+NONNEG = Kind(f"a number within 0..{MAX_NUMBER:g}", lambda v: _is_num(v) and v >= 0,
+              lambda values: _are_nums(values, 0))
+RATE = Kind('a number, Infinity, "inf" or "trace"', lambda v: _is_num(v) or v in (float("inf"), "inf", "trace"))
 STR = Kind("a string", lambda v: isinstance(v, str))
 BOOL = Kind("true or false", lambda v: isinstance(v, bool))
 OBJECT = Kind("an object", lambda v: isinstance(v, dict))
@@ -107,6 +124,30 @@ RUN = {
     "server_metrics": {"status": STR, "series": {"t_s": [NUM], "running": [Opt(NUM)], "waiting": [Opt(NUM)],
                                                  "kv_usage": [Opt(NUM)]}},
 }
+#: vLLM 0.32.0's `--save-result` fields that `report` and `compare` read (serve.py, see peers.py).
+VLLM = {
+    **dict.fromkeys(("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "ramp_up_strategy"),
+                    STR),
+    **dict.fromkeys(("num_prompts", "burstiness", "max_concurrency", "ramp_up_start_rps", "ramp_up_end_rps",
+                     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+                     "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+                     "max_output_tokens_per_s", "max_concurrent_requests"), NUM),
+    "request_rate": RATE,
+    **dict.fromkeys(("input_lens", "output_lens", "ttfts", "latencies", "queue_times"), [NONNEG]),
+    "start_times": [NUM], "itls": [[NONNEG]], "generated_texts": [STR], "errors": [STR],
+}
+#: SGLang bench_serving's `--output-file` fields that `report` and `compare` read (see peers.py).
+SGLANG = {
+    **dict.fromkeys(("tag", "backend", "dataset_name"), STR), "request_rate": RATE,
+    **dict.fromkeys(("max_concurrency", "sharegpt_output_len", "random_input_len", "random_output_len",
+                     "random_range_ratio", "duration", "completed", "total_input_tokens",
+                     "total_output_tokens", "total_output_tokens_retokenized", "request_throughput",
+                     "input_throughput", "output_throughput", "total_throughput", "concurrency",
+                     "max_output_tokens_per_s", "max_concurrent_requests"), NUM),
+    **dict.fromkeys(("input_lens", "output_lens", "ttfts"), [NONNEG]),
+    "itls": [[NONNEG]], "generated_texts": [STR], "errors": [STR],
+}
+SCHEMAS = {"vllm": VLLM, "sglang": SGLANG}
 POINT = {"value": Req(NUM), "phase": STR, "client_bound": BOOL, "metrics": Req(MapOf(Opt(INTERVAL))),
          "slo": {"verdict": Req(STR)}, "saturation": {"stop": BOOL}}
 SWEEP = {
@@ -121,26 +162,60 @@ class FieldError(ValueError):
     """A field of the wrong type; the message says where (`summary.ttft_split.mean_ms`) and what."""
 
 
-def load_run(path: str) -> dict:
-    """One saved run or sweep file, read bounded and checked; ValueError naming the file otherwise."""
-    data = read_json(path)
+def load_files(paths: list[str], plots: bool = True) -> tuple[list[str], list[dict]]:
+    """Every run in `paths` in order, and its name (`load_runs`); ValueError naming the file for a
+    bad one, or for sweeps mixed with single runs."""
+    pairs = [pair for path in paths for pair in load_runs(path, plots)]
+    names, runs = [name for name, _ in pairs], [run for _, run in pairs]
+    check_kinds(runs, names)
+    return names, runs
+
+
+def load_runs(path: str, plots: bool = True) -> list[tuple[str, dict]]:
+    """The runs in one saved file, each `(name, run)`: a run or sweep file is one run named by its
+    file name; JSON Lines (SGLang's `--output-file`, `--append-result`) one per line, `name #N`.
+    Each is checked (ValueError naming the file otherwise); a peer's is mapped onto loadgen's keys
+    (peers.as_run; its plots' data only with `plots`); every run gets `provenance` (the tool that made it)."""
+    values = read_json_values(path, infinity_keys=peers.INFINITY_KEYS)
+    base = os.path.basename(path)
+    return [(base if len(values) == 1 else f"{base} #{n}",
+             _checked(value, path if len(values) == 1 else f"{path} #{n}", plots))
+            for n, value in enumerate(values, 1)]
+
+
+def _checked(data, where: str, plots: bool) -> dict:
+    """One JSON value of a file checked as a run or sweep, or ValueError naming `where`."""
     if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a loadgen results file (--output): its JSON is "
+        raise ValueError(f"{where} is not a loadgen results file (--output): its JSON is "
                          f"{_json_kind(data)}, not an object")
+    tool = peers.tool_of(data)
+    spec = SWEEP if data.get("kind") == "sweep" else SCHEMAS.get(tool, RUN)
     try:
-        check(data, SWEEP if data.get("kind") == "sweep" else RUN)
+        check(data, {**spec, **{k: NUM for k in data if peers.LATENCY_KEY.fullmatch(k)}})
         if data.get("kind") == "sweep" and not data["points"]:
             raise FieldError("points is empty: the sweep finished no point")
+        if tool in peers.TOOLS:
+            _check_lengths(data, peers.TOOLS[tool].per_request)
     except FieldError as exc:
-        raise ValueError(f"{path} is not a loadgen {_kind_name(data)} file: {exc}") from None
-    return data
+        raise ValueError(f"{where} is not a {_kind_name(data, tool)} file: {exc}") from None
+    if tool in peers.TOOLS:
+        return peers.as_run(data, tool, plots)
+    return {**data, "provenance": {"tool": tool, "made_by": peers.made_by(tool, data)}}
 
 
-def check_kinds(runs: list[dict], paths: list[str]) -> None:
+def _check_lengths(data: dict, names: tuple[str, ...]) -> None:
+    """FieldError unless the per-request lists present have one entry per request each."""
+    sizes = {name: len(data[name]) for name in names if isinstance(data.get(name), list)}
+    if len(set(sizes.values())) > 1:
+        (a, na), *_, (b, nb) = sorted(sizes.items(), key=lambda kv: kv[1])
+        raise FieldError(f"{a} has {na} entries but {b} has {nb} (one per request each)")
+
+
+def check_kinds(runs: list[dict], names: list[str]) -> None:
     """ValueError naming the files when sweep files (`kind: sweep`) and single runs are mixed."""
-    sweeps = [p for run, p in zip(runs, paths, strict=True) if run.get("kind") == "sweep"]
+    sweeps = [p for run, p in zip(runs, names, strict=True) if run.get("kind") == "sweep"]
     if sweeps and len(sweeps) != len(runs):
-        single = [p for p in paths if p not in sweeps]
+        single = [p for p in names if p not in sweeps]
         raise ValueError(f"cannot mix sweep files ({', '.join(sweeps)}) with single-run files "
                          f"({', '.join(single)}); give only sweeps or only runs")
 
@@ -157,6 +232,8 @@ def check(value, spec, where: str = "") -> None:
             raise FieldError(f"{where or 'the file'} is {_json_kind(value)}, expected {spec.name}")
     elif isinstance(spec, list):
         _expect(value, list, "a list", where)
+        if isinstance(spec[0], Kind) and spec[0].many is not None and spec[0].many(value):
+            return
         for i, item in enumerate(value):
             check(item, spec[0], f"{where}[{i}]")
     elif isinstance(spec, MapOf):
@@ -184,8 +261,10 @@ def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _kind_name(data: dict) -> str:
-    return "sweep" if data.get("kind") == "sweep" else "results"
+def _kind_name(data: dict, tool: str) -> str:
+    if data.get("kind") == "sweep":
+        return "loadgen sweep"
+    return f"{peers.TOOLS[tool].name} results" if tool in peers.TOOLS else "loadgen results"
 
 
 def _json_kind(value) -> str:

@@ -1,7 +1,8 @@
 """Hostile files given to `loadgen report` and `loadgen compare`: refused in one line (exit 2), read
 bounded, never a traceback; values from a file reach the page as text, never as markup or mathtext.
 
-The valid files every variant starts from are real: a run and a sweep against the scripted server."""
+The valid files every variant starts from are real: a run and a sweep against the scripted server,
+and the peers' files of tests/loadgen/peer_files (vLLM 0.32.0's real ones, SGLang's by hand)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,15 @@ SMALL = ("--random-input-len", "16", "--random-output-len", "6", "--quiet")
 CHILD_MEMORY = 3 * 2**30
 MARKUP = "<script>window.injected=1</script><x-injected onclick='x'>$\\frac{$</x-injected>"
 #: Values of the wrong type for each leaf kind of the schema.
-WRONG = {runfile.NUM: ["12", True, [], {}, 1.5e15], runfile.STR: [7, False, [], {}],
+WRONG = {runfile.NUM: ["12", True, [], {}, 1.5e15], runfile.NONNEG: [-1, "1", True, [], 1.5e15],
+         runfile.RATE: ["12", True, [], {}, -1.5e15], runfile.STR: [7, False, [], {}],
          runfile.BOOL: [1, "true", []], runfile.OBJECT: [[], "x", 3],
          runfile.VARIABLE: ["temperature", 1, []],
          runfile.INTERVAL: [{"mean": "1"}, {"mean": 1, "low": 0}, {"mean": 1, "low": 2, "high": 3}, 5]}
 #: Literals no loadgen file holds, put in place of any value: each is refused by the reader.
+PEER_FILES = Path(__file__).parent / "peer_files"
+#: Each kind of file the tests start from: its schema in runfile.
+SPECS = {"run": runfile.RUN, "sweep": runfile.SWEEP, "vllm": runfile.VLLM, "sglang": runfile.SGLANG}
 HOSTILE_LITERALS = ("NaN", "-Infinity", "1e999", "123456789012345678901234567890",
                     "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
 
@@ -45,7 +50,8 @@ def _loadgen(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def real_files(tmp_path_factory) -> dict[str, dict]:
-    """A run (with server metrics and server timing) and a two-point sweep, by kind."""
+    """A run (with server metrics and server timing), a two-point sweep, and the peers' files
+    (vLLM --save-detailed, SGLang --output-details), by kind."""
     folder = tmp_path_factory.mktemp("real")
     proc, url = spawn("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "6", "--metrics", "vllm")
     try:
@@ -57,7 +63,10 @@ def real_files(tmp_path_factory) -> dict[str, dict]:
         proc.terminate()
         proc.wait(timeout=10)
     assert run.returncode == 0 and sweep.returncode == 0, run.stderr + sweep.stderr
-    return {kind: json.loads((folder / f"{kind}.json").read_text()) for kind in ("run", "sweep")}
+    files = {kind: json.loads((folder / f"{kind}.json").read_text()) for kind in ("run", "sweep")}
+    files["vllm"] = json.loads((PEER_FILES / "vllm_0.32.0_detailed.json").read_text())
+    files["sglang"] = json.loads((PEER_FILES / "sglang_bench_serving.jsonl").read_text().splitlines()[0])
+    return files
 
 
 def _main(*args: str, capsys) -> tuple[int, list[str]]:
@@ -127,12 +136,11 @@ def _leaf_paths(value, path: tuple = ()):
         yield from _leaf_paths(value[0], (*path, 0))
 
 
-@pytest.mark.parametrize("kind", ["run", "sweep"])
+@pytest.mark.parametrize("kind", list(SPECS))
 def test_every_field_of_the_wrong_type_is_one_line_naming_it(real_files, kind, tmp_path, capsys):
     base = real_files[kind]
-    spec = runfile.SWEEP if kind == "sweep" else runfile.RUN
-    variants = list(_wrong_variants(spec, base))
-    assert len(variants) > (150 if kind == "run" else 60)
+    variants = list(_wrong_variants(SPECS[kind], base))
+    assert len(variants) > (150 if kind in ("run", "vllm") else 60)
     path = tmp_path / "hostile.json"
     for field, wrong in variants:
         data = _put(base, field, wrong) if field else wrong
@@ -141,11 +149,11 @@ def test_every_field_of_the_wrong_type_is_one_line_naming_it(real_files, kind, t
         _refused(path, capsys, says=last)
 
 
-@pytest.mark.parametrize("kind", ["run", "sweep"])
+@pytest.mark.parametrize("kind", list(SPECS))
 def test_nan_infinity_huge_numbers_and_deep_nesting_anywhere_are_refused(real_files, kind, tmp_path, capsys):
     base, path = real_files[kind], tmp_path / "hostile.json"
     paths = [p for p in _leaf_paths(base) if p]
-    assert len(paths) > 100
+    assert len(paths) > (100 if kind in ("run", "sweep") else 40)
     for i, field in enumerate(paths):
         literal = HOSTILE_LITERALS[i % len(HOSTILE_LITERALS)]
         path.write_text(json.dumps(_put(base, field, "@HOSTILE@")).replace('"@HOSTILE@"', literal))
@@ -188,7 +196,10 @@ def test_dev_zero_and_a_fifo_end_at_once_in_bounded_memory(command, tmp_path):
 def test_markup_in_every_string_field_stays_text_in_the_dom(real_files, tmp_path, chromium):
     for kind, data in real_files.items():
         path, page = tmp_path / f"{kind}.json", tmp_path / f"{kind}.html"
-        path.write_text(json.dumps(_marked(data)))
+        extra = {}
+        if kind in ("vllm", "sglang"):  # a --metadata KEY=VALUE; `errors` kept, so requests stay ok
+            extra = {f"note{MARKUP}": MARKUP, "errors": data["errors"]}
+        path.write_text(json.dumps(_marked(data) | extra))
         done = _loadgen("report", str(path), "--output", str(page))
         assert done.returncode == 0, done.stderr
         dom = chromium(tmp_path / "profile", "--dump-dom", page.as_uri()).stdout

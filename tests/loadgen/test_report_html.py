@@ -190,3 +190,58 @@ def test_csv_has_one_row_per_request(start_server, tmp_path):
     assert all(r["ok"] == "True" and float(r["ttft_ms"]) > 0 and float(r["e2e_ms"]) >= float(r["ttft_ms"])
                for r in rows)
     assert all(float(r["server_queue_ms"]) == SCRIPTED_TIMING["queue_ms"] for r in rows)  # scripted timing
+
+
+def test_peers_files_share_the_page_with_plots_made_by_and_notes(tmp_path, chromium):
+    """vLLM's (detailed and plain) and SGLang's (a JSON Lines file of two runs) files next to loadgen's."""
+    peer_files = Path(__file__).parent / "peer_files"
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps(_run("own-run", 1.0, False)))
+    paths = [own, peer_files / "vllm_0.32.0_detailed.json", peer_files / "vllm_0.32.0_plain.json",
+             peer_files / "sglang_bench_serving.jsonl"]
+    out = tmp_path / "peers.html"
+    proc = _loadgen("report", *map(str, paths), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    for label in ("own-run", "vllm_0.32.0_detailed.json", "vllm_0.32.0_plain.json", "sglang-run", "sglang-run-2"):
+        assert f"<th>{label}</th>" in text, label
+    made_by = ["loadgen 0.1.0", *["vllm bench serve (fields as vLLM 0.32.0 writes them)"] * 2,
+               *["SGLang bench_serving (from its fields)"] * 2]
+    assert "<tr><td>made by</td>" + "".join(f"<td class='num'>{m}</td>" for m in made_by) + "</tr>" in text
+    assert "older loadgen" not in text  # a peer's missing plot says why in its tool's terms
+    assert ("vllm_0.32.0_plain.json: vllm bench serve writes per-request start times only with "
+            "--save-detailed: no timeline in this file") in text
+    assert "sglang-run: SGLang bench_serving writes no per-request start times: no timeline in this file" in text
+    assert "sglang-run-2: no per-request times in this file (SGLang bench_serving writes them with " \
+           "--output-details): no CDF" in text
+    assert "most requests in flight at one instant" in text and "the role-only chunk included" in text
+    assert "no client-health verdict in this file; made by vllm bench serve" in text
+    assert "<td>note</td><td class='num'>hello</td>" in text and "<td>server_info</td>" in text
+    assert "<h2>Also in the files</h2>" in text
+    dom = chromium(tmp_path / "profile", "--dump-dom", out.as_uri()).stdout
+    images = re.findall(r"<img [^>]*>", dom)
+    assert len(images) == 5 and all("data:image/png;base64," in img for img in images)
+    shot = tmp_path / "peers.png"
+    chromium(tmp_path / "profile", "--window-size=1200,3000", f"--screenshot={shot}", out.as_uri())
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))[..., :3].reshape(-1, 3)
+    assert len({tuple(p) for p in pixels[::7].round(2).tolist()}) > 50, "the screenshot looks blank"
+
+
+@pytest.mark.parametrize("low, high", [(0.01, 50.0), (2.0, 3.5)])
+def test_log_axes_are_labelled_in_plain_numbers(low, high):
+    """With mathtext off (labels from files stay text), a log axis must not show `$\\mathdefault...$`."""
+    import matplotlib.pyplot as plt
+
+    from loadgen.report.html import TEXT_ONLY, log_x
+
+    with plt.rc_context(TEXT_ONLY):
+        fig, ax = plt.subplots()
+        ax.plot([low, high], [0, 1])
+        log_x(ax)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)]
+        plt.close(fig)
+    shown = [t for t in labels if t]
+    assert shown and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in shown), labels
