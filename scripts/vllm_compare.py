@@ -270,7 +270,7 @@ def show_requests(a, prompts: str, out_dir: str) -> None:
             if client == "vllm":
                 run_vllm(a, port, prompts, 1, 1, out)
             else:
-                run_loadgen(a, port, prompts, 1, 1, out, None)
+                run_loadgen(a, port, prompts, 1, 1, out, "loadgen", None)
             srv.shutdown()
         posts = [r for r in srv.seen if r.startswith(b"POST /v1/chat")]
         print(f"----- {client}: {len(srv.seen)} requests, first chat completion:")

@@ -122,7 +122,8 @@ def _swatch(color) -> Html:
 
 
 def _header(runs: list[dict], labels: list[str], colors) -> Html:
-    rows = [["colour"] + [_swatch(c) for c in colors], ["made by"] + [_made_by(run) for run in runs]]
+    rows = [["colour"] + [_swatch(c) for c in colors], ["made by"] + [_made_by(run) for run in runs],
+            ["token events"] + [peers.token_events(run) for run in runs]]
     rows += [[key] + [_cell(run.get(key)) for run in runs] for key in HEADER_KEYS]
     return join([Html("<h2>Runs</h2>"), table(["", *labels], rows)])
 

@@ -144,6 +144,25 @@ def tool_of(data: dict) -> str:
     return "unknown"
 
 
+#: What each token-event rule takes (loadgen/README.md, "Token events").
+RULE_NOTES = {"loadgen": "every event with a text field, empty text too; no role or finish announcement",
+              "vllm": "vllm bench serve's: every event with choices (TTFT at the role chunk)",
+              "sglang": "SGLang bench_serving's: events with non-empty text only"}
+
+
+def token_events(run: dict) -> str:
+    """Which events a run counted as token events: its rule, and for loadgen how many had empty text.
+    A peer's file follows its tool's rule; a loadgen file from before the rule existed, SGLang's."""
+    tool = (run.get("provenance") or {}).get("tool", "loadgen")
+    rule = run.get("token_event_rule") if tool == "loadgen" else tool
+    if rule not in RULE_NOTES:
+        return "sglang rule: events with non-empty text only (loadgen before --token-events)"
+    text = f"{rule} rule: {RULE_NOTES[rule]}"
+    if isinstance(empty := run.get("num_empty_text_events"), int | float) and not isinstance(empty, bool):
+        text += f"; {empty:,.0f} with empty text"
+    return text
+
+
 def made_by(tool: str, data: dict) -> str:
     """The tool that wrote a file, in words."""
     if tool == "loadgen":

@@ -52,10 +52,6 @@ TOKENS_NOTE = (
     "Throughput uses usage when the server gives it. 'ITL per token' is shown only where it differs "
     "from ITL per chunk (some event carried several tokens)."
 )
-#: What each token-event rule takes (loadgen/README.md, "Token events").
-RULE_NOTES = {"loadgen": "every event with a text field, empty text too; no role or finish announcement",
-              "vllm": "vllm bench serve's: every event with choices (TTFT at the role chunk)",
-              "sglang": "SGLang bench_serving's: events with non-empty text only"}
 
 #: `compare`'s rows before the latency statistics the runs hold (peers.latency_keys).
 COMPARE_KEYS = (
@@ -211,9 +207,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         elif key == "output_tokens_usage_minus_client":
             _reconciliation_rows(table, s.get("output_tokens_reconciliation"))
         elif key == "output_tokens_per_event_source":
-            rule = cfg.token_event_rule
-            table.add_row("  token events", f"{rule} rule: {RULE_NOTES[rule]}; "
-                          f"{s.get('num_empty_text_events', 0):,} with empty text")
+            table.add_row("  token events", peers.token_events({**s, "token_event_rule": cfg.token_event_rule}))
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
                         ("itl_per_token", "ITL per token"), ("e2e_latency", "E2E latency")):
         if name == "itl_per_token" and not _per_token_differs(s, cfg.percentiles):
@@ -363,6 +357,7 @@ def compare(paths: list[str], console: Console | None = None) -> Table:
     for name in names:
         table.add_column(name, justify="right")
     table.add_row("made by", *[run["provenance"]["made_by"] for run in runs])
+    table.add_row("token events", *[peers.token_events(run) for run in runs])
     keys = (*COMPARE_KEYS, *peers.latency_keys(runs), "client_bound")
     for key in keys:
         table.add_row(key, *[_compare_cell(run, runs[0], key, notes) for run in runs])

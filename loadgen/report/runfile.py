@@ -92,7 +92,7 @@ NUMBER_KEYS = (
     "completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "total_output_tokens_client",
     "total_output_tokens_retokenized", "output_tokens_usage_minus_client", "request_throughput",
     "input_throughput", "output_throughput", "total_throughput", "max_output_tokens_per_s", "concurrency",
-    "max_concurrent_requests", "request_goodput",
+    "max_concurrent_requests", "request_goodput", "num_empty_text_events",
     *(f"{stat}_{name}_ms" for stat in ("mean", "median", "p99")
       for name in ("ttft", "tpot", "itl", "e2e_latency")),
 )
@@ -103,7 +103,7 @@ HEALTH_NUMBERS = ("coalesced_share", "uncertain_event_share", "ttft_exact_share"
 RUN = {
     **dict.fromkeys(NUMBER_KEYS, NUM),
     **dict.fromkeys(("label", "kind", "date", "base_url", "model_id", "backend", "transport",
-                     "loadgen_version", "output_tokens_per_event_source"), STR),
+                     "loadgen_version", "output_tokens_per_event_source", "token_event_rule"), STR),
     "client_bound": BOOL, "config": OBJECT, "environment": OBJECT,
     "summary": {
         "client_health": {"client_bound_reasons": [STR], "client_health_notes": [STR], "client_bound_cause": STR,

@@ -34,9 +34,9 @@ FILLED = ("completed", "failed", "duration", "total_input_tokens", "total_output
 
 @pytest.fixture(scope="module")
 def loadgen_file(tmp_path_factory) -> Path:
-    """A real loadgen run against the scripted server."""
+    """A real loadgen run against the scripted server (every 3rd token has empty text)."""
     path = tmp_path_factory.mktemp("lg") / "loadgen.json"
-    proc, url = spawn("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "6")
+    proc, url = spawn("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "6", "--empty-every", "3")
     try:
         rc = cli.main(["--base-url", url, "--concurrency", "2", "--num-prompts", "8", "--random-input-len", "16",
                        "--random-output-len", "6", "--quiet", "--no-server-metrics", "--output", str(path)])
@@ -86,6 +86,10 @@ def test_compare_says_who_made_each_file_and_notes_each_row_defined_otherwise(lo
     made = rows["made by"]
     assert made[0].startswith("loadgen ") and made[1].startswith("vllm bench serve") \
         and made[2].startswith("SGLang bench_serving")
+    assert rows["token events"][0].startswith("loadgen rule: every event with a text field")
+    assert rows["token events"][0].endswith("; 16 with empty text")  # 8 requests, tokens 3 and 6
+    assert rows["token events"][1].startswith("vllm rule: vllm bench serve's: every event with choices")
+    assert rows["token events"][2].startswith("sglang rule: SGLang bench_serving's: events with non-empty")
     notes = _notes(caption)
     marker = lambda cell: re.search(r"\[\d+\]$", cell)[0]  # noqa: E731
     assert "most requests in flight at one instant" in notes[marker(rows["max_concurrent_requests"][1])]
