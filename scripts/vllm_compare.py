@@ -149,7 +149,8 @@ def run_vllm(a, port: int, prompts: str, conc: int, num: int, out: str) -> dict:
            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", f"http://127.0.0.1:{port}",
            "--model", f"{a.peer_dir}/tiny", "--tokenizer", f"{a.peer_dir}/tiny", *data,
            "--num-prompts", str(num), "--max-concurrency", str(conc), "--ignore-eos",
-           "--seed", "0", "--save-result", "--result-dir", d, "--result-filename", name, "--disable-tqdm",
+           "--seed", "0", "--save-result", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el",
+           "--metric-percentiles", "50,90,95,99,99.9", "--result-dir", d, "--result-filename", name, "--disable-tqdm",
            "--ready-check-timeout-sec", "0"]
     _run_logged(cmd, out + ".log", ENV)
     return json.load(open(out))

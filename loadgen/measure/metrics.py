@@ -25,7 +25,8 @@ def pct_key(p: float) -> str:
     return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
 
 
-def _dist(name: str, values_ms: list[float] | np.ndarray | LogHistogram, percentiles) -> dict:
+def distribution(name: str, values_ms: list[float] | np.ndarray | LogHistogram, percentiles) -> dict:
+    """`{mean,median,std,pNN,max}_{name}_ms` of the values (None for each but max when there are none)."""
     num, mean, std, vmax, pcts = value_stats(values_ms, [50.0, *percentiles])
     out: dict = {}
     if num == 0:
@@ -261,7 +262,7 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         **_peaks(records, t0),
     }
     for name in LATENCY_METRICS:
-        summary.update(_dist(name, lat[name], cfg.percentiles))
+        summary.update(distribution(name, lat[name], cfg.percentiles))
     summary["itl_percentiles"] = (f"sketch (log histogram, within {lat['itl'].alpha:.0%})"
                                   if isinstance(lat["itl"], LogHistogram) else "exact")
     if (split := ttft_split(cfg, ok)) is not None:

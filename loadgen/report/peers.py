@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from loadgen.measure.metrics import distribution
 from loadgen.measure.timeline import Stamps, buckets, cdf_points
+from loadgen.plan.config import DEFAULT_PERCENTILES
 
 #: A latency statistic: `mean_ttft_ms`, `p99.9_itl_ms`, `std_e2el_ms`, `max_itl_ms`.
 LATENCY_KEY = re.compile(r"(mean|median|std|max|p\d+(?:\.\d+)?)_([a-z][a-z0-9_]*?)_ms")
@@ -128,6 +130,9 @@ SGLANG = Tool(
     header={"backend": "backend", "tag": "label"},
 )
 TOOLS = {"vllm": VLLM, "sglang": SGLANG}
+#: The note on a statistic loadgen computed from a peer file's per-request lists.
+DERIVED_FROM_LISTS = ("derived by loadgen from {name}'s per-request lists (successful requests; "
+                      "numpy's linear percentiles, as both tools compute theirs)")
 #: Top-level keys whose value may be JSON's missing `Infinity` (SGLang's default request rate).
 INFINITY_KEYS = frozenset({"request_rate"})
 
@@ -192,9 +197,15 @@ def as_run(data: dict, tool: str, plots: bool = True) -> dict:
             run[target] = value
     requests = _Requests(data, spec)
     run.update(requests.derived(run))
+    from_lists = requests.missing_statistics(run)
+    run.update(from_lists)
+    notes = {k: v for k, v in spec.notes.items() if _has(run, k)}
+    for key in from_lists:
+        metric = LATENCY_KEY.fullmatch(key)[2]
+        notes[key] = "; ".join(filter(None, (DERIVED_FROM_LISTS.format(name=spec.name), spec.notes.get(metric))))
     run["provenance"] = {
         "tool": tool, "made_by": made_by(tool, data), "stamps": spec.stamps, "fields": placed,
-        "notes": {k: v for k, v in spec.notes.items() if _has(run, k)},
+        "notes": notes,
         "also": {k: v for k, v in data.items() if k not in placed},
     }
     if plots:
@@ -336,6 +347,16 @@ class _Requests:
             out["input_throughput"] = run["total_input_tokens"] / duration
         if duration and run.get("concurrency") is None and (lat := self._values("latencies")) is not None:
             out["concurrency"] = float(lat[self.ok].sum()) / duration
+        return out
+
+    def missing_statistics(self, run: dict) -> dict:
+        """The statistics loadgen shows by default (mean, median, std, its default percentiles, max)
+        of each latency the lists give, where the file itself lacks them."""
+        out = {}
+        for name, values in self.latencies_ms.items():
+            if values.size:
+                stats = distribution(name, values, DEFAULT_PERCENTILES)
+                out.update({k: v for k, v in stats.items() if run.get(k) is None})
         return out
 
     @functools.cached_property

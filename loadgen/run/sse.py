@@ -354,7 +354,7 @@ def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], lo
     if chunk_ns:
         record.first_token_ns = chunk_ns[0]
     record.num_empty_text_events = events.num_empty
-    exact = _exact_content(content, pieces, ends_read, loop)
+    exact = _exact_content(content, pieces, ends_read, loop, events.announced)
     record.num_coalesced_events = len(exact) - sum(exact)
     return events, content_pieces, exact
 
@@ -450,16 +450,44 @@ def _settle_closing(events: _TokenEvents, chunks: list[_Chunk], final: _Usage | 
         events.cumulative.append(seen.completion_tokens if seen is not None else None)
 
 
-def _exact_content(content: list[int], pieces: list[int], ends_read: list[bool], loop: list[int]) -> list[bool]:
+def _exact_content(content: list[int], pieces: list[int], ends_read: list[bool], loop: list[int],
+                   announced: list[int] = ()) -> list[bool]:
     """For each token event (`content`: event indices), whether its stamp is exact: the next
     token event has no bytes in its read, i.e. completes in a later read and starts after this
     read's end (the event before it ended the read). Other events in between (a finish chunk,
-    usage, [DONE]) do not count: servers write them with the last token."""
+    usage, [DONE]) do not count: servers write them with the last token. Likewise a taken event
+    that carries no token (`announced`: positions in `content`, the vllm rule's role and finish
+    chunks) is written with the token after it: it is passed over when judging the others, and
+    when it shares a read with that token, it is as exact as that token."""
+    if not announced:
+        return _exact_carrying(content, pieces, ends_read, loop)
+    skip = set(announced)
+    carrying = [k for i, k in enumerate(content) if i not in skip]
+    exact_of = dict(zip(carrying, _exact_carrying(carrying, pieces, ends_read, loop), strict=True))
+    out, after = [], iter(carrying)
+    nxt = next(after, None)
+    for k in content:
+        while nxt is not None and nxt <= k:
+            nxt = next(after, None)
+        if k in exact_of:
+            out.append(exact_of[k])
+        else:
+            out.append(nxt is None or not _shares_read(k, nxt, pieces, ends_read, loop) or exact_of[nxt])
+    return out
+
+
+def _exact_carrying(content: list[int], pieces: list[int], ends_read: list[bool], loop: list[int]) -> list[bool]:
+    """`_exact_content` of events that all carry tokens."""
     if not content:
         return []
-    return [not (loop[pieces[nxt]] == loop[pieces[k]]
-                 or (loop[pieces[nxt - 1]] == loop[pieces[k]] and not ends_read[pieces[nxt - 1]]))
+    return [not _shares_read(k, nxt, pieces, ends_read, loop)
             for k, nxt in zip(content, content[1:], strict=False)] + [True]
+
+
+def _shares_read(k: int, nxt: int, pieces: list[int], ends_read: list[bool], loop: list[int]) -> bool:
+    """Whether event `nxt` has bytes in the read that completed event `k` (k < nxt)."""
+    return (loop[pieces[nxt]] == loop[pieces[k]]
+            or (loop[pieces[nxt - 1]] == loop[pieces[k]] and not ends_read[pieces[nxt - 1]]))
 
 
 def _per_event_tokens(cumulative: list[int | None], announced: list[int]) -> tuple[list[float], str]:

@@ -220,3 +220,20 @@ def test_tool_of_recognises_each_file():
     assert peers.tool_of({"loadgen_version": "0.1.0", "total_token_throughput": 1.0}) == "loadgen"
     assert peers.tool_of({}) == "unknown"
     assert np.isinf(load_runs(str(SGLANG))[0][1]["config"]["request_rate"])
+
+
+def test_statistics_a_vllm_file_lacks_are_derived_from_its_lists_and_say_so(loadgen_file):
+    # The plain file holds vLLM's own E2E mean/median/std/p99 and `latencies`; loadgen's rows also
+    # have p90 and max, which come from the list, and vLLM's own figures stay as they are.
+    vllm = json.loads(VLLM_PLAIN.read_text())
+    rows, _, caption = _compare(loadgen_file, VLLM_PLAIN)
+    notes = _notes(caption)
+    latencies_ms = np.asarray(vllm["latencies"]) * 1e3
+    p90, mx = rows["p90_e2e_latency_ms"][1], rows["max_e2e_latency_ms"][1]
+    assert p90.startswith(f"{np.percentile(latencies_ms, 90):.2f}") and mx.startswith(f"{latencies_ms.max():.2f}")
+    assert notes[re.search(r"\[\d+\]$", p90)[0]].startswith("derived by loadgen from vllm bench serve's per-request")
+    mean = rows["mean_e2e_latency_ms"][1]
+    assert mean.startswith(f"{vllm['mean_e2el_ms']:.2f}")
+    assert not notes[re.search(r"\[\d+\]$", mean)[0]].startswith("derived")
+    # No list, no figure: TTFT's p90 stays "not in" the file (it holds no `ttfts`).
+    assert "not in vllm bench serve's file" in notes[re.search(r"\[\d+\]$", rows["p90_ttft_ms"][1])[0]]

@@ -280,6 +280,31 @@ def test_kernel_stamps_name_coalesced_events_and_bound_the_first_token():
     assert loop.ttft_uncertainty_ns is None and loop.num_coalesced_events == 1
 
 
+def test_under_the_vllm_rule_a_role_chunk_in_the_first_tokens_read_is_as_exact_as_that_token():
+    # vLLM writes the role chunk with the first token; the last token comes with its finish chunk.
+    # Before, the role chunk (a token event under the vllm rule) counted as coalesced with the
+    # first token, so every request's TTFT was "uncertain" by its whole TTFT.
+    chunks = [ROLE, _chat("a"), _chat("b"), _chat("c"), _chat("", "length"), USAGE + DONE]
+    reads = Reads(loop_stamps=[100, 100, 200, 300, 300, 400], is_kernel=True, floors=[0, 0, 100, 200, 200, 300])
+    stamps = [90, 90, 190, 290, 290, 390]
+    rec = _rec()
+    parse_stream(rec, chunks, stamps, reads=reads, rule="vllm")
+    assert rec.chunk_ns == [90, 90, 190, 290, 290]
+    assert rec.num_coalesced_events == 0 and rec.ttft_uncertainty_ns == 0
+    # The same role chunk in a read of its own, then two tokens sharing one: only the first of
+    # those is coalesced; the role chunk ended its read and is exact.
+    reads = Reads(loop_stamps=[100, 200, 200, 300, 300, 400], is_kernel=True, floors=[0, 100, 100, 200, 200, 300])
+    rec = _rec()
+    parse_stream(rec, chunks, [90, 190, 190, 290, 290, 390], reads=reads, rule="vllm")
+    assert rec.num_coalesced_events == 1 and rec.ttft_uncertainty_ns == 0
+    # The role chunk and the first token in one read, the first token sharing it with the second:
+    # the role chunk is as uncertain as the first token.
+    reads = Reads(loop_stamps=[100, 100, 100, 300, 300, 400], is_kernel=True, floors=[0, 0, 0, 200, 200, 300])
+    rec = _rec()
+    parse_stream(rec, chunks, [90, 90, 90, 290, 290, 390], reads=reads, rule="vllm")
+    assert rec.num_coalesced_events == 2 and rec.ttft_uncertainty_ns == 90
+
+
 # NOTE: before, desc="1e30" killed the worker (an int past int64 in the results' msgpack), and
 # nan / inf failed the request; a span of 1e308 made the TTFT split's means NaN.
 @pytest.mark.parametrize("steps", [b'"1e30"', b'"nan"', b'"inf"', b'"-1"', b"9223372036854775808", b'"1.5"'])
