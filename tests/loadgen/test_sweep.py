@@ -47,9 +47,19 @@ def knee_sweep(tmp_path_factory) -> dict:
     return {"path": str(out), "data": json.loads(out.read_text())}
 
 
+def _skip_unless_the_knee_was_measured(data: dict) -> None:
+    """A point the client could not measure (client-bound: on a busy machine, the client waited for
+    a CPU) is left out of the search by design; below 16 that moves the bracket, so skip then."""
+    bound = sorted(p["value"] for p in data["points"] if p["client_bound"])
+    assert data["answer"]["client_bound_excluded"] == bound
+    if set(bound) - {16}:
+        pytest.skip(f"the machine was too busy to measure the knee: points {bound} were client-bound")
+
+
 def test_search_finds_the_known_knee(knee_sweep):
     data = knee_sweep["data"]
     assert data["kind"] == "sweep" and data["variable"] == "concurrency"
+    _skip_unless_the_knee_was_measured(data)
     answer = data["answer"]
     assert answer["bracket"] == [6, 7], answer["text"]
     assert answer["percentile"] == 99.0
@@ -63,6 +73,7 @@ def test_search_finds_the_known_knee(knee_sweep):
 
 
 def test_report_draws_the_sweep(knee_sweep, tmp_path):
+    _skip_unless_the_knee_was_measured(knee_sweep["data"])
     page = tmp_path / "sweep.html"
     done = _loadgen("report", knee_sweep["path"], "--output", str(page))
     assert done.returncode == 0, done.stderr
