@@ -518,7 +518,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
       help="concurrencies to run, e.g. 1,8,64")
     a("--request-rate", type=at.value_list(float), default=None, metavar="LIST",
       help="request rates (req/s) to run, e.g. 1,2,4")
-    a("--repeats", type=at.int_at_least(1), default=1, help="full runs per point (mean and 95%% interval)")
+    a("--repeats", type=at.int_at_least(1), default=1, help="full runs per point (mean and, from 3 repeats, a 95%% t-interval; 2: min-max)")
     a("--slo-percentile", type=at.percentiles, default=(99.0,), metavar="P",
       help="the percentile the --slo bounds apply to (default 99)")
     a("--search-steps", type=at.int_at_least(0), default=8, help="at most this many bisection points")
