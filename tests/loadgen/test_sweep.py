@@ -13,7 +13,13 @@ from rich.console import Console
 
 from loadgen.plan.config import SLO, RunConfig
 from loadgen.plan.datasets import DatasetConfig
-from loadgen.report.sweep_tables import CLIPPED_NOTE, cell, compare_sweeps, fit_widths, print_sweep_table
+from loadgen.report.sweep_tables import (
+    CLIPPED_NOTE,
+    cell,
+    compare_sweeps,
+    fit_widths,
+    print_sweep_table,
+)
 from loadgen.run.runner import run
 from loadgen.selftest.testserver import spawn
 from loadgen.sweep.driver import SweepSpec, _failed_text, exit_code, run_sweep
