@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--shared-prefix-len", type=pos_int, default=_DC.shared_prefix_len)
     a("--tokenizer", type=at.existing_path, default=None,
       help="tokenizer.json, or a model directory holding one (and tokenizer_config.json)")
+    a("--vocab-size", type=pos_int, default=None, metavar="N",
+      help="--dataset random-ids: draw ids from [0, N) (default: the --tokenizer file's vocabulary, "
+      "else the size the server's /detokenize accepts)")
     a("--no-server-tokenize", action="store_true",
       help="without --tokenizer, estimate prompt lengths instead of calibrating them via /tokenize")
     a("--seed", type=nonneg_int, default=None, help="default 1 (sglang) or 0 (vllm)")
@@ -291,7 +294,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         random_output_len=args.random_output_len or defaults["random_output_len"],
         random_range_ratio=args.random_range_ratio, dataset_path=args.dataset_path,
         sharegpt_output_len=args.sharegpt_output_len, shared_prefix_groups=args.shared_prefix_groups,
-        shared_prefix_len=args.shared_prefix_len, tokenizer_path=args.tokenizer,
+        shared_prefix_len=args.shared_prefix_len, tokenizer_path=args.tokenizer, vocab_size=args.vocab_size,
         use_server_tokenize=not args.no_server_tokenize, seed=seed, convention=convention,
         random_prefix_len=args.random_prefix_len,
         custom_output_len=None if args.custom_output_len == -1 else args.custom_output_len,
@@ -299,6 +302,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
         multi_turn_think_time_s=_think_time_s(args), multi_turn_max_context_bytes=args.multi_turn_max_context_bytes,
     )
+    if args.vocab_size is not None and (dcfg.name != "random-ids" or args.tokenizer is not None):
+        raise ValueError("--vocab-size applies to --dataset random-ids without --tokenizer (the tokenizer "
+                         "file gives the vocabulary)")
     if dcfg.name == "random-ids" and upstream_prompts(dcfg) is None and backend != "openai-completions":
         raise ValueError("--dataset random-ids sends token ids: it needs --backend openai-completions "
                          "(or --tokenizer with --flags-from sglang: SGLang's random-ids, sent as text)")
@@ -518,7 +524,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
       help="concurrencies to run, e.g. 1,8,64")
     a("--request-rate", type=at.value_list(float), default=None, metavar="LIST",
       help="request rates (req/s) to run, e.g. 1,2,4")
-    a("--repeats", type=at.int_at_least(1), default=1, help="full runs per point (mean and 95%% interval)")
+    a("--repeats", type=at.int_at_least(1), default=1, help="full runs per point (mean and, from 3 repeats, a 95%% t-interval; 2: min-max)")
     a("--slo-percentile", type=at.percentiles, default=(99.0,), metavar="P",
       help="the percentile the --slo bounds apply to (default 99)")
     a("--search-steps", type=at.int_at_least(0), default=8, help="at most this many bisection points")

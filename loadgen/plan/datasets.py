@@ -57,7 +57,9 @@ class DatasetConfig:
     shared_prefix_len: int = 512
     tokenizer_path: str | None = None
     use_server_tokenize: bool = True
-    vocab_size: int = 32000
+    #: random-ids draws from [0, vocab_size): the target's vocabulary (no default: a guessed one sent
+    #: ids the reference server refuses); the runner sets it from --tokenizer, --vocab-size or the server.
+    vocab_size: int | None = None
     seed: int = 1
     convention: str = "sglang"
     random_prefix_len: int = 0
@@ -80,6 +82,8 @@ class DatasetConfig:
                              f"({self.convention} convention)")
         if self.name in ("sharegpt", "custom", "burstgpt", "mooncake") and not self.dataset_path:
             raise ValueError(f"--dataset {self.name} needs --dataset-path")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ValueError("vocab_size must be >= 1")
         if self.random_prefix_len < 0 or (self.custom_output_len is not None and self.custom_output_len < 1):
             raise ValueError("random_prefix_len must be >= 0 and custom_output_len >= 1")
         if (self.num_prompts is not None and self.num_prompts < 1) or self.random_input_len < 1 \
@@ -207,6 +211,8 @@ def _random_text(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prom
 
 
 def _random_ids(cfg: DatasetConfig, rng: random.Random) -> list[Prompt]:
+    if cfg.vocab_size is None:
+        raise ValueError("random-ids needs the target's vocabulary size (--tokenizer or --vocab-size)")
     ins, outs = _random_lengths(cfg, rng)
     prefix = [rng.randrange(cfg.vocab_size) for _ in range(cfg.random_prefix_len)]
     return [

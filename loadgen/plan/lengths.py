@@ -17,6 +17,11 @@ SOURCE_FILE = "tokenizer file"
 SOURCE_SERVER = "server /tokenize"
 SOURCE_ESTIMATE = "estimate (no tokenizer: the server's usage gives the real count)"
 SOURCE_IDS = "token ids"
+VOCAB_FLAG = "--vocab-size"
+VOCAB_FILE = "tokenizer file (its base vocabulary, as SGLang's random-ids)"
+VOCAB_SERVER = "server /detokenize (the ids it accepts)"
+#: The largest vocabulary the server probe looks for (the largest models' are about 2**18).
+MAX_PROBED_VOCAB = 1 << 24
 
 
 def tokenizer_file(path: str) -> str:
@@ -140,6 +145,45 @@ def probe_server(base_url: str, headers: dict, timeout_s: float, verify=True) ->
         tok.close()
         return None, f"{type(exc).__name__}: {exc}"
     return tok, ""
+
+
+def file_vocab_size(path: str) -> int:
+    """The base vocabulary of a tokenizer file (without added special tokens)."""
+    return FileTokenizer(path).tokenizer.get_vocab_size(with_added_tokens=False)
+
+
+def probe_vocab_size(base_url: str, headers: dict, timeout_s: float, verify=True) -> tuple[int | None, str]:
+    """The target's vocabulary size V, found as the ids its `/detokenize` accepts: 0 .. V-1 answer 200
+    with a text, V answers 400 or 422 (the reference server and SGLang check the range). Doubling,
+    then bisection: about 2·log2(V) requests. None and why when it cannot tell: no such endpoint,
+    id 0 refused, or every id up to MAX_PROBED_VOCAB accepted (a server that decodes any id)."""
+    with httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, verify=verify) as client:
+
+        def accepts(token_id: int) -> bool:
+            r = client.post("/detokenize", json={"tokens": [token_id]})
+            if r.status_code in (400, 422):
+                return False
+            r.raise_for_status()
+            if not isinstance(r.json().get("prompt"), str):
+                raise ValueError("unexpected response shape")
+            return True
+
+        try:
+            if not accepts(0):
+                return None, "/detokenize refused token id 0"
+            low, high = 0, 1
+            while accepts(high):
+                low, high = high, 2 * high
+                if high > MAX_PROBED_VOCAB:
+                    return None, f"/detokenize accepted every id up to {low:,}: it does not check the range"
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (mid, high) if accepts(mid) else (low, mid)
+        except httpx.HTTPStatusError as exc:
+            return None, f"HTTP {exc.response.status_code} from /detokenize"
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+    return high, ""
 
 
 def fit_to_len(ids: list[int], num_tokens: int, tokenizer, extra_text) -> tuple[str, int]:

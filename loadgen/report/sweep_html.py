@@ -7,7 +7,7 @@ import math
 
 from loadgen.measure.metrics import pct_key
 from loadgen.report.html import TEXT_ONLY, Html, _png, join, page, plt, table, tag
-from loadgen.report.sweep_tables import NAMES, TABLE_KEYS, cell
+from loadgen.report.sweep_tables import NAMES, TABLE_KEYS, cell, interval_note
 
 #: The Pareto plots: (latency name in the keys, SLO field bounding it, axis label).
 CURVES = (("ttft", "ttft_ms", "TTFT"), ("tpot", "tpot_ms", "TPOT"), ("e2e_latency", "e2e_ms", "E2E latency"))
@@ -21,8 +21,8 @@ def render_sweeps(sweeps: list[dict], labels: list[str]) -> str:
     parts = [_answers(sweeps, labels), Html("<h2>Throughput vs latency (Pareto)</h2>"),
              tag("<img alt='Pareto' src='{}'>", pareto),
              Html("<p class='note'>y: output tok/s, x: the latency percentile the SLO uses (p99 unless "
-                  "--slo-percentile), each point labelled with its concurrency or rate; bars: 95% "
-                  "t-intervals over repeats; red x: client-bound (not used); star: highest passing; "
+                  "--slo-percentile), each point labelled with its concurrency or rate; bars: the spread "
+                  "over repeats (95% t-interval from 3 repeats, min–max of 2); red x: client-bound (not used); star: highest passing; "
                   "dashed: the SLO bound.</p>")]
     parts += [_points(sweep, label) for sweep, label in zip(sweeps, labels, strict=True)]
     return page("loadgen sweep report: " + ", ".join(labels), parts)
@@ -104,5 +104,5 @@ def _points(sweep: dict, label: str) -> Html:
                                  ("over-saturated", (p.get("saturation") or {}).get("stop"))) if on]
         rows.append([f"{p['value']:g}"] + [cell(p["metrics"].get(k)) for k in keys]
                     + [_verdict(p.get("slo")), ", ".join(marks)])
-    return join([tag("<h2>Points: {}</h2><p class='note'>{} repeat(s) per point; mean ± 95% t-interval "
-                     "half-width</p>", label, sweep["repeats"]), table(head, rows)])
+    return join([tag("<h2>Points: {}</h2><p class='note'>{}</p>", label, interval_note(sweep["repeats"])),
+                 table(head, rows)])

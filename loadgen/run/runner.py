@@ -29,9 +29,14 @@ from loadgen.plan.lengths import (
     SOURCE_FILE,
     SOURCE_IDS,
     SOURCE_SERVER,
+    VOCAB_FILE,
+    VOCAB_FLAG,
+    VOCAB_SERVER,
     FileTokenizer,
     ServerTokenizer,
+    file_vocab_size,
     probe_server,
+    probe_vocab_size,
 )
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
 from loadgen.plan.sessions import Session, build_sessions
@@ -121,6 +126,28 @@ def prompt_tokenizer(cfg: RunConfig, dcfg: DatasetConfig):
               "(give --tokenizer for exact ones)", file=sys.stderr)
         return None, SOURCE_ESTIMATE
     return tok, SOURCE_SERVER
+
+
+def ids_vocab(cfg: RunConfig, dcfg: DatasetConfig) -> tuple[DatasetConfig, str | None]:
+    """loadgen's random-ids with the target's vocabulary size set, and where it came from: the
+    --tokenizer file, --vocab-size, else the server's /detokenize; SetupError when none tells it."""
+    if dcfg.name != "random-ids" or upstream_prompts(dcfg) is not None:
+        return dcfg, None
+    if dcfg.tokenizer_path is not None:
+        try:
+            return replace(dcfg, vocab_size=file_vocab_size(dcfg.tokenizer_path)), VOCAB_FILE
+        except Exception as exc:  # noqa: BLE001 - any load failure is a setup error
+            raise SetupError(f"cannot load --tokenizer {dcfg.tokenizer_path}: {exc}") from None
+    if dcfg.vocab_size is not None:
+        return dcfg, VOCAB_FLAG
+    why = "--no-server-tokenize: not asked"
+    if dcfg.use_server_tokenize:
+        size, why = probe_vocab_size(cfg.base_url, cfg.headers, min(cfg.timeout_s, 30), cfg.tls_verify)
+        if size is not None:
+            return replace(dcfg, vocab_size=size), VOCAB_SERVER
+    raise SetupError(f"--dataset random-ids draws token ids from the target's vocabulary, and "
+                     f"{cfg.base_url}/detokenize did not tell its size ({why}): give --tokenizer (the "
+                     "model's tokenizer file) or --vocab-size N")
 
 
 def _num_items(cfg: RunConfig) -> int:
@@ -298,6 +325,7 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None, ray_cfg: RayConfig |
 
 def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     model = cfg.model or first_model(cfg)
+    dcfg, vocab_from = ids_vocab(cfg, dcfg)
     tokenizer, source = prompt_tokenizer(cfg, dcfg)
     try:
         plans = build_plans(cfg, dcfg, model, tokenizer)
@@ -326,6 +354,8 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     interrupted = interrupted or any(r.interrupted for r in results)
     info = {"input_lengths": source, "length_convention": dcfg.convention,
             "prompts_from": PROMPTS_FROM.get(upstream_prompts(dcfg), "loadgen")}
+    if vocab_from is not None:
+        info.update(vocab_size=dcfg.vocab_size, vocab_from=vocab_from)
     if with_chat_template(cfg, [], tokenizer)[1]:
         info["input_lengths"] += " + chat template (tokenizer_config.json)"
     summary["workers_lost"] = lost

@@ -18,6 +18,7 @@ from loadgen.measure.metrics import latencies
 from loadgen.plan.config import SLO, RunConfig, auto_workers
 from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.results import _jsonable, result_dict
+from loadgen.report.sweep_tables import pooled_cell
 from loadgen.run.runner import SetupError, run
 from loadgen.sweep.search import (
     COUNTED_FAILURES,
@@ -38,7 +39,10 @@ SEARCH_RULE = ("bisection between the highest passing and the lowest failing poi
                "inside the bracket")
 POOLED = ("ttft", "tpot", "e2e_latency")
 SIGNIFICANCE_RULE = ("compare: a difference is significant when the two points' 95% Student-t intervals "
-                     "over repeats do not overlap (needs >= 2 repeats on both sides)")
+                     "over repeats do not overlap (needs >= 3 repeats on both sides; with fewer it is not judged)")
+INTERVAL_RULE = ("each headline figure over a point's repeats: from 3 repeats the mean ± t(0.975, n-1) · s / "
+                 "sqrt(n) (kind 't95'); with 2 their min and max (kind 'min-max': t(0.975, 1) = 12.7 makes a "
+                 "2-repeat interval wider than the data); with 1 the value alone (kind null)")
 #: `loadgen sweep`'s exit status when it stopped before its end (`stopped` in the JSON); 130 when
 #: interrupted, 0 when it ran to its end.
 EXIT_STOPPED = 4
@@ -224,7 +228,7 @@ class Sweep:
             "interrupted": self.interrupted, "stopped": self.stopped, "slo": _jsonable(self.spec.slo),
             "slo_percentile": self.spec.slo_percentile,
             "rules": {"saturation": SATURATION_RULE, "slo": SLO_RULE, "search": SEARCH_RULE,
-                      "interval": "mean ± t(0.975, n-1) · s / sqrt(n) over the repeats",
+                      "interval": INTERVAL_RULE,
                       "significance": SIGNIFICANCE_RULE},
             "spec": _jsonable(self.spec), "config": _jsonable(self.cfg),
             "early_stop": self.early_stop, "search": self.search if self.spec.slo.is_set else None,
@@ -240,7 +244,7 @@ def _fmt(value) -> str:
 def _failed_text(failed: dict) -> str:
     if failed["metric"] in COUNTED_FAILURES:
         return f"{failed['value']} {failed['metric'].replace('_', ' ')}"
-    return f"{failed['metric']} {failed['value']:.1f} [{failed['low']:.1f}, {failed['high']:.1f}] > {failed['bound']:g}"
+    return f"{failed['metric']} {pooled_cell(failed)} > {failed['bound']:g}"
 
 
 def _broken(cfg: RunConfig, summary: dict) -> str | None:

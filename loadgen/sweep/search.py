@@ -33,7 +33,9 @@ SATURATION_RULE = (f"stop after point i when mean output tok/s(i) < {THROUGHPUT_
                    f"p50(i) > {LATENCY_GROWTH} x mean E2E p50(i-1)); client-bound points are not judged")
 SLO_RULE = ("each bounded latency (TTFT, TPOT, E2E) is pooled over the point's repeats (every successful "
             "request); its --slo-percentile gets a 95% distribution-free interval from the order statistics "
-            "(normal approximation to the binomial ranks, clipped to the sample). The point passes when every "
+            "(normal approximation to the binomial ranks, clipped to the sample: an end whose rank falls past "
+            "the sample is the smallest or largest value seen, marked clipped, and the real interval reaches "
+            "past it). The point passes when every "
             "interval's high end is <= its bound, fails when any interval's low end is > its bound, and is "
             "marginal otherwise (the bound lies within the sampling noise); a client-bound point (any "
             "repeat) is unknown; a point with a failed request or a lost worker fails (a failed request met "
@@ -52,19 +54,22 @@ def slo_keys(slo: SLO, percentile: float) -> list[tuple[str, float]]:
 
 
 def quantile_interval(values_ms, percentile: float) -> dict | None:
-    """`{n, value, low, high}`: the percentile of the pooled values (numpy's linear rule, as the
-    summary's) and its 95% distribution-free interval: the order statistics at ranks ⌊n·q − h⌋ and ⌈n·q + h⌉ + 1 (h = 1.96·√(n·q·(1−q))),
-    clipped to the sample (so with few values the high end is the largest one seen)."""
+    """`{n, value, low, high, clipped}`: the percentile of the pooled values (numpy's linear rule, as
+    the summary's) and its 95% distribution-free interval: the order statistics at ranks ⌊n·q − h⌋
+    and ⌈n·q + h⌉ + 1 (h = 1.96·√(n·q·(1−q))), clipped to the sample. `clipped` says which end a
+    rank fell past ("low", "high", "both" or None): that end is then the smallest or largest value
+    seen, and the real 95% interval reaches past it (with n = 16, p99's high end is the maximum)."""
     arr = np.sort(np.asarray(values_ms, dtype=np.float64))
     n = arr.size
     if n == 0:
         return None
     q = percentile / 100.0
     half = _Z975 * math.sqrt(n * q * (1.0 - q))
-    lo = min(max(math.floor(n * q - half) - 1, 0), n - 1)
-    hi = min(max(math.ceil(n * q + half), 0), n - 1)
+    lo_rank, hi_rank = math.floor(n * q - half) - 1, math.ceil(n * q + half)
+    lo, hi = min(max(lo_rank, 0), n - 1), min(max(hi_rank, 0), n - 1)
+    ends = [end for end, cut in (("low", lo_rank < 0), ("high", hi_rank > n - 1)) if cut]
     return {"n": int(n), "value": float(np.percentile(arr, percentile)), "low": float(arr[lo]),
-            "high": float(arr[hi])}
+            "high": float(arr[hi]), "clipped": "both" if len(ends) == 2 else ends[0] if ends else None}
 
 
 def aggregate(value: float, runs: list[dict], slo: SLO, percentile: float, phase: str = "sweep",
@@ -72,8 +77,9 @@ def aggregate(value: float, runs: list[dict], slo: SLO, percentile: float, phase
     """One point: its value, phase (sweep or search), client-bound flag, intervals and SLO verdict.
 
     `pooled` maps "ttft", "tpot", "e2e_latency" to every successful request's latency over the
-    repeats (ms); without it (a point rebuilt from saved runs) a bound is judged on the mean over
-    repeats of the runs' percentile, with no marginal state."""
+    repeats (ms); without it (a point rebuilt from saved runs) a bound is judged on the interval
+    over repeats of the runs' percentile (`stats.interval`: a t-interval from 3 repeats, the min
+    and max of 2, the mean alone of 1)."""
     keys = [k for k, _ in HEADLINES] + [k for k, _ in slo_keys(slo, percentile)]
     metrics = {k: interval([run.get(k) for run in runs]) for k in dict.fromkeys(keys)}
     bound = any(bool(run.get("client_bound")) for run in runs)
@@ -94,11 +100,16 @@ def _pooled_names(slo: SLO, percentile: float) -> list[tuple[str, str]]:
 
 
 def _bound_stat(point: dict, key: str) -> dict | None:
-    """`{value, low, high}` of a bounded figure: the pooled interval, else the mean over repeats."""
+    """`{value, low, high, clipped}` of a bounded figure: the pooled interval, else the interval
+    over repeats (low = high = the mean with one repeat)."""
     if "pooled" in point:
         return point["pooled"].get(key)
     stat = point["metrics"].get(key)
-    return None if stat is None else {"value": stat["mean"], "low": stat["mean"], "high": stat["mean"]}
+    if stat is None:
+        return None
+    if stat.get("low") is None:
+        return {"value": stat["mean"], "low": stat["mean"], "high": stat["mean"], "clipped": None}
+    return {"value": stat["mean"], "low": stat["low"], "high": stat["high"], "clipped": None}
 
 
 def slo_verdict(point: dict, slo: SLO, percentile: float) -> dict:
@@ -111,7 +122,8 @@ def slo_verdict(point: dict, slo: SLO, percentile: float) -> dict:
         if stat is None:
             missing.append(key)
             continue
-        entry = {"metric": key, "value": stat["value"], "low": stat["low"], "high": stat["high"], "bound": bound}
+        entry = {"metric": key, "value": stat["value"], "low": stat["low"], "high": stat["high"], "bound": bound,
+                 "clipped": stat.get("clipped")}
         if stat["low"] > bound:
             failed.append(entry)
         elif stat["high"] > bound:

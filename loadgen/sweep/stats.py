@@ -1,4 +1,5 @@
-"""Mean and 95% Student-t interval of a few repeats, and the rule that calls two of them different."""
+"""Mean and spread of a few repeats (a 95% Student-t interval from 3 up, the min and max of 2), and
+the rule that calls two of them different."""
 
 from __future__ import annotations
 
@@ -22,24 +23,41 @@ def t975(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
-def interval(values: list[float | None]) -> dict | None:
-    """`{n, mean, std, low, high}` of the non-None values: mean ± t(0.975, n-1)·s/√n (sample std s).
+#: Repeats from which a figure gets a Student-t interval. With 2, t(0.975, 1) = 12.7 makes the
+#: interval 12.7 times as wide as the distance between the two values (`82.1 ± 398.3` from two
+#: runs 63 ms apart), so 2 repeats give their min and max instead, said as such.
+MIN_T_REPEATS = 3
+T95, MIN_MAX = "t95", "min-max"
 
-    One value gives low = high = None (no spread to judge); none gives None."""
+
+def interval(values: list[float | None]) -> dict | None:
+    """`{n, mean, std, low, high, kind}` of the non-None values. kind T95 (n >= MIN_T_REPEATS):
+    mean ± t(0.975, n-1)·s/√n (sample std s); MIN_MAX (n = 2): the two values; None (n = 1): low
+    = high = None (no spread to judge). No values give None."""
     xs = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     if not xs:
         return None
     n = len(xs)
     mean = sum(xs) / n
     if n == 1:
-        return {"n": 1, "mean": mean, "std": None, "low": None, "high": None}
+        return {"n": 1, "mean": mean, "std": None, "low": None, "high": None, "kind": None}
     std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    if n < MIN_T_REPEATS:
+        return {"n": n, "mean": mean, "std": std, "low": min(xs), "high": max(xs), "kind": MIN_MAX}
     half = t975(n - 1) * std / math.sqrt(n)
-    return {"n": n, "mean": mean, "std": std, "low": mean - half, "high": mean + half}
+    return {"n": n, "mean": mean, "std": std, "low": mean - half, "high": mean + half, "kind": T95}
+
+
+def interval_kind(stat: dict | None) -> str | None:
+    """T95, MIN_MAX or None; a file from before `kind` holds t-intervals wherever low is set."""
+    if not stat or stat.get("low") is None:
+        return None
+    return stat.get("kind", T95)
 
 
 def significant(a: dict | None, b: dict | None) -> bool | None:
-    """True when the two 95% intervals do not overlap; None when either has no interval (n < 2)."""
-    if not a or not b or a.get("low") is None or b.get("low") is None:
+    """True when the two 95% t-intervals do not overlap; None unless both are t-intervals (3+ repeats:
+    two min-max ranges of 2 repeats each miss each other by chance one time in three)."""
+    if interval_kind(a) != T95 or interval_kind(b) != T95:
         return None
     return a["high"] < b["low"] or b["high"] < a["low"]

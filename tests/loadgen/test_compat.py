@@ -55,7 +55,7 @@ def test_vllm_flag_names_reach_the_config():
 
 def test_random_prefix_is_shared(tmp_path):
     ids = build_prompts(DatasetConfig(name="random-ids", num_prompts=3, random_input_len=5,
-                                      random_prefix_len=4, convention="vllm"))
+                                      random_prefix_len=4, convention="vllm", vocab_size=100))
     assert all(p.prompt[:4] == ids[0].prompt[:4] and p.input_len == 9 for p in ids)
 
 

@@ -7,6 +7,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 
 from loadgen.plan.datasets import DatasetConfig, build_prompts, sample_lengths
 from loadgen.plan.schedule import arrival_offsets_s
@@ -21,8 +22,17 @@ def test_random_lengths_are_uniform_in_upstream_range():
 def test_datasets_are_seeded():
     cfg = DatasetConfig(name="random", num_prompts=5, random_input_len=20, random_output_len=9, seed=3)
     assert build_prompts(cfg) == build_prompts(cfg)
-    ids = build_prompts(DatasetConfig(name="random-ids", num_prompts=4, random_input_len=10, random_range_ratio=1.0))
+    ids = build_prompts(DatasetConfig(name="random-ids", num_prompts=4, random_input_len=10, random_range_ratio=1.0,
+                                      vocab_size=7))
     assert all(len(p.prompt) == p.input_len == 10 and p.is_exact_input_len for p in ids)
+    assert {i for p in ids for i in p.prompt} <= set(range(7))  # drawn from the vocabulary given
+
+
+def test_random_ids_without_a_vocabulary_is_refused():
+    with pytest.raises(ValueError, match="vocabulary size"):
+        build_prompts(DatasetConfig(name="random-ids", num_prompts=2, random_input_len=4))
+    with pytest.raises(ValueError, match="vocab_size"):
+        DatasetConfig(name="random-ids", vocab_size=0)
 
 
 def test_shared_prefix_groups_share_their_prefix():

@@ -13,10 +13,16 @@ from rich.console import Console
 
 from loadgen.plan.config import SLO, RunConfig
 from loadgen.plan.datasets import DatasetConfig
-from loadgen.report.sweep_tables import compare_sweeps
+from loadgen.report.sweep_tables import (
+    CLIPPED_NOTE,
+    cell,
+    compare_sweeps,
+    fit_widths,
+    print_sweep_table,
+)
 from loadgen.run.runner import run
 from loadgen.selftest.testserver import spawn
-from loadgen.sweep.driver import SweepSpec, exit_code, run_sweep
+from loadgen.sweep.driver import SweepSpec, _failed_text, exit_code, run_sweep
 from loadgen.sweep.search import aggregate, bracket, next_probe, oversaturated, quantile_interval
 from loadgen.sweep.stats import interval, significant, t975
 
@@ -104,7 +110,9 @@ def test_sweep_past_capacity_stops_early_with_intervals(start_server, tmp_path):
     for point in data["points"]:
         assert len(point["runs"]) == 2
         tput = point["metrics"]["output_throughput"]
-        assert tput["n"] == 2 and tput["low"] <= tput["mean"] <= tput["high"]
+        assert tput["n"] == 2 and tput["kind"] == "min-max"  # 2 repeats: their min and max, said so
+        values = sorted(run["output_throughput"] for run in point["runs"])
+        assert (tput["low"], tput["high"]) == tuple(values)
 
 
 @pytest.mark.parametrize("flags", [("--concurrency", "1,x"), ("--concurrency", "1,1"), ("--concurrency", "0,2"),
@@ -131,6 +139,20 @@ def test_significance_is_non_overlap_of_the_intervals():
     assert significant(a, b) is True
     assert significant(a, interval([10.1, 10.5, 9.9])) is False
     assert significant(a, interval([12.0])) is None
+    # NOTE: two min-max ranges of 2 repeats miss each other by chance one time in three: not judged
+    assert significant(interval([1.0, 2.0]), interval([10.0, 11.0])) is None
+    assert significant(a, interval([12.0, 12.2])) is None
+
+
+def test_two_repeats_give_their_min_and_max_not_a_t_interval():
+    two = interval([67.1, 97.1])  # a t-interval would be 82.1 ± 190.6, wider than the data
+    assert two["kind"] == "min-max" and (two["low"], two["high"]) == (67.1, 97.1)
+    assert two["mean"] == pytest.approx(82.1) and cell(two) == "82.1 (67.1 – 97.1)"
+    three = interval([10.0, 12.0, 14.0])
+    assert three["kind"] == "t95" and cell(three) == "12.0 ± 5.0"
+    assert interval([5.0])["kind"] is None and cell(interval([5.0])) == "5.0"
+    old = {"n": 2, "mean": 82.1, "low": -316.2, "high": 480.4}  # a file from before `kind`
+    assert cell(old) == "82.1 ± 398.3"
 
 
 def _point(value: float, tput: float, ttft: float, e2e: float, bound: bool = False) -> dict:
@@ -290,3 +312,84 @@ def test_compare_marks_differences_outside_the_intervals():
     rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if "output" in line}
     assert rows["8"].rstrip("│ ").endswith("*") and "(1.20x)" in rows["8"]
     assert not rows["1"].rstrip("│ ").endswith("*")
+
+
+def _table_sweep(repeats: int, pooled: dict | None = None) -> dict:
+    runs = [{"output_throughput": 12345.6 + 100 * i, "request_throughput": 12.3 + i, "median_ttft_ms": 82.1 + 30 * i,
+             "p99_ttft_ms": 1234.5 + 10 * i, "median_tpot_ms": 12.3 + i, "p99_tpot_ms": 45.6 + i,
+             "median_e2e_latency_ms": 1234.5 + i, "p99_e2e_latency_ms": 12345.6 + i, "request_goodput": 11.1 + i,
+             "client_bound": True} for i in range(repeats)]
+    point = aggregate(64, runs, SLO(ttft_ms=100.0), 99.0, phase="search", pooled=pooled)
+    point["saturation"] = {"stop": True}
+    return {"variable": "concurrency", "repeats": repeats, "points": [point]}
+
+
+@pytest.mark.parametrize("repeats", [2, 3])
+def test_the_sweep_table_says_its_spread_and_never_cuts_a_verdict(repeats):
+    console = Console(record=True, width=160)
+    print_sweep_table(_table_sweep(repeats), console)
+    text = console.export_text()
+    assert "…" not in text  # was: `client-bou…`, `over-satura…`
+    for mark in ("unknown,", "client-bound,", "over-saturated,", "search"):
+        assert mark in text, text
+    if repeats == 2:
+        assert "mean (min–max of the two)" in text and "(82.1" in text and "112.1)" in text and "±" not in text
+    else:
+        assert "mean ± 95% t-interval half-width" in text and "±" in text
+    assert max(len(line) for line in text.splitlines()) <= 160
+
+
+def test_column_widths_fit_the_room_without_cutting_a_word():
+    assert fit_widths([3, 5, 4], [10, 20, 4], 100) == [10, 20, 4]  # room enough: each at its widest
+    widths = fit_widths([3, 5, 4], [10, 20, 4], 20)
+    assert sum(widths) == 20 and all(w >= m for w, m in zip(widths, [3, 5, 4], strict=True))
+    assert fit_widths([3, 5, 4], [10, 20, 4], 5) == [3, 5, 4]  # the words alone are wider: never below
+
+
+def test_a_percentile_interval_clipped_to_the_sample_is_marked():
+    few = quantile_interval([float(x) for x in range(1, 17)], 99.0)  # 16 requests: p99's rank lies past them
+    assert few["clipped"] == "high" and few["high"] == 16.0
+    assert quantile_interval(list(range(1, 1001)), 99.0)["clipped"] is None
+    assert quantile_interval([1.0, 2.0], 50.0)["clipped"] == "both"
+    sweep = _table_sweep(2, pooled={"ttft": [float(x) for x in range(1, 17)]})
+    console = Console(record=True, width=160)
+    print_sweep_table(sweep, console)
+    text = console.export_text()
+    assert "16.0 clipped]" in text and CLIPPED_NOTE in text.replace("\n", " ")
+    failed = {"metric": "p99_ttft_ms", "value": 15.9, "low": 14.0, "high": 16.0, "bound": 10.0, "clipped": "high"}
+    assert _failed_text(failed) == "p99_ttft_ms 15.9 [14.0, 16.0 clipped] > 10"
+
+
+def _verdict_of(p99s: list[float], bound: float) -> str:
+    """The SLO verdict of a point rebuilt from saved runs (no pooled latencies), one p99 per repeat."""
+    runs = [{"p99_ttft_ms": v, "client_bound": False} for v in p99s]
+    return aggregate(1, runs, SLO(ttft_ms=bound), 99.0)["slo"]["verdict"]
+
+
+def test_slo_boundary_over_repeats_uses_the_interval_shown():
+    # 2 repeats: the min-max range [40, 50]: passes up to its high end, fails past its low end
+    assert _verdict_of([40.0, 50.0], 50.0) == "pass"
+    assert _verdict_of([40.0, 50.0], 49.99) == "marginal"  # was pass: the mean (45) alone was judged
+    assert _verdict_of([40.0, 50.0], 40.0) == "marginal"
+    assert _verdict_of([40.0, 50.0], 39.99) == "fail"
+    # 3 repeats: the t-interval 45 ± 4.3027 * 5 / sqrt(3) = [32.58, 57.42]
+    high = 45.0 + 4.3027 * 5.0 / 3 ** 0.5
+    assert _verdict_of([40.0, 45.0, 50.0], high + 0.01) == "pass"
+    assert _verdict_of([40.0, 45.0, 50.0], high - 0.01) == "marginal"
+    assert _verdict_of([40.0, 45.0, 50.0], 90.0 - high - 0.01) == "fail"
+    assert _verdict_of([45.0], 45.0) == "pass" and _verdict_of([45.0], 44.99) == "fail"
+
+
+def test_slo_boundary_on_pooled_requests_is_the_interval_high_end_inclusive():
+    run = {"output_throughput": 1.0, "client_bound": False}
+
+    def verdict(values, bound):
+        return aggregate(1, [run, run], SLO(ttft_ms=bound), 99.0, pooled={"ttft": values})["slo"]["verdict"]
+
+    values = [float(v) for v in range(1, 1001)]  # p99 interval [983, 998], not clipped
+    assert verdict(values, 998.0) == "pass" and verdict(values, 997.99) == "marginal"
+    assert verdict(values, 983.0) == "marginal" and verdict(values, 982.99) == "fail"
+    # 2 repeats of 8 requests: p99 interval [15, 16], its high end clipped to the maximum
+    two_repeats = [float(v) for v in range(1, 9)] + [float(v) for v in range(9, 17)]
+    assert verdict(two_repeats, 16.0) == "pass" and verdict(two_repeats, 15.99) == "marginal"
+    assert verdict(two_repeats, 14.99) == "fail"
