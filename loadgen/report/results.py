@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import sys
 import time
 
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen import __version__
+from loadgen.measure.machine import machine
 from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
 from loadgen.measure.records import RequestRecord
 from loadgen.report import peers
@@ -77,9 +77,9 @@ def _jsonable(value):
 
 def environment() -> dict:
     """Where the run happened: python, platform, cores, loadgen version."""
-    return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
-            "loadgen_version": __version__}
+    here = machine(None)
+    return {"python": sys.version.split()[0], "platform": here["platform"], "cpu_count": here["cpu_count"],
+            "usable_cores": here["usable_cores"], "loadgen_version": __version__}
 
 
 def _vllm_keys(summary: dict) -> dict:
