@@ -18,6 +18,7 @@ from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_
 from loadgen.measure.records import RequestRecord
 from loadgen.report import peers
 from loadgen.report.runfile import load_files
+from loadgen.report.workload import workload
 from loadgen.run.runner import RunResult
 
 TABLE_ROWS = (
@@ -105,9 +106,10 @@ def _detailed(result: RunResult) -> dict:
 
 
 def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metadata: dict | None = None,
-                label: str | None = None) -> dict:
-    """The `--output` JSON: SGLang-style flat keys and vLLM's where they differ, plus config,
-    environment and the summary; `detailed` adds vLLM's per-request lists."""
+                label: str | None = None, command: str | None = None) -> dict:
+    """The `--output` JSON: SGLang-style flat keys and vLLM's where they differ, plus the workload
+    (`command`: the command line that ran it, None from the library), config, environment and the
+    summary; `detailed` adds vLLM's per-request lists."""
     cfg = result.cfg
     flat = {
         "backend": cfg.backend, "model_id": result.model, "base_url": cfg.base_url,
@@ -123,6 +125,7 @@ def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metada
     flat.update(metadata or {})
     if detailed:
         flat.update(_detailed(result))
+    flat["workload"] = _jsonable(workload(result, dataset, command))
     flat["config"] = _jsonable(cfg)
     flat["dataset"] = dataset
     flat["environment"] = environment()
