@@ -60,6 +60,8 @@ def test_no_label_wraps_at_100_columns(start_server):
     table = details(result)
     labels = [str(label) for label in table.columns[0]._cells]
     assert "  server vs client" in labels and "TTFT split (ms)" in labels
+    # Before: "client network", though the part is mostly the client's own delay (README, "TTFT split").
+    assert "  outside server timing" in labels and "    client network" not in labels
     out = io.StringIO()
     print_table(result, Console(file=out, width=100))
     lines = out.getvalue().splitlines()
