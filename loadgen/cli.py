@@ -36,7 +36,6 @@ from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
     compare,
-    print_table,
     result_dict,
     save_result,
     write_json,
@@ -44,6 +43,8 @@ from loadgen.report.results import (
 )
 from loadgen.report.runfile import load_files
 from loadgen.report.sweep_tables import print_sweep_table
+from loadgen.report.terminal import print_table
+from loadgen.report.workload import command_line
 from loadgen.run.runner import SetupError, run, wait_ready
 from loadgen.sweep.driver import EXIT_STOPPED, SweepSpec, exit_code, run_sweep
 
@@ -443,7 +444,7 @@ def _run(argv: list[str]) -> int:
     if not args.quiet:
         print_table(result)
     data = result_dict(result, {**vars(dcfg), **result.dataset_info}, detailed=args.save_detailed,
-                       metadata=dict(args.metadata), label=args.label)
+                       metadata=dict(args.metadata), label=args.label, command=command_line(argv))
     if args.output:
         write_json(args.output, data)
     if args.save_result or args.result_dir or args.result_filename:

@@ -145,6 +145,7 @@ class Scraper:
         self.kind: str | None = None
         self.names: frozenset[str] | None = None
         self.status = "not started"
+        self.window = "run"  # what the baseline (`first`) leaves in the server's counts (`rebase`)
         self.failures = 0
         self.last_failure: str | None = None
         self.thread_cpu_s = 0.0
@@ -182,6 +183,23 @@ class Scraper:
         if self.status == "ok":
             self._thread = threading.Thread(target=self._loop, name="loadgen-scraper", daemon=True)
             self._thread.start()
+
+    def rebase(self) -> None:
+        """A new baseline once the warm-up is done, so the server's counts over the run leave the
+        warm-up out; if this scrape fails (counted) the first baseline stays and `window` says so."""
+        if self.status != "ok":
+            return
+        try:
+            scrape = self._scrape(FIRST_SCRAPE_DEADLINE_S, self.names)
+        except Exception as exc:  # NOTE: whatever the target sends, the run goes on
+            with self._lock:
+                self.failures += 1
+                self.last_failure = _why(exc)
+            self.window = "run and warm-up (the scrape after the warm-up failed)"
+            return
+        self._keep(scrape)
+        with self._lock:
+            self.first = scrape
 
     def _scrape(self, deadline_s: float, names: frozenset[str], is_final: bool = False) -> _Scrape:
         with self._lock:
@@ -241,13 +259,14 @@ class Scraper:
     def block(self, t0_ns: int) -> dict:
         """The `server_metrics` block of the results JSON."""
         out = {"status": self.status, "url": self.url, "dialect": self.kind, "interval_s": self.interval_s,
-               "scrapes": len(self.scrapes), "failed_scrapes": self.failures,
+               "scrapes": len(self.scrapes), "failed_scrapes": self.failures, "window": self.window,
                "scrape_thread_cpu_s": self.thread_cpu_s, "last_failure": self.last_failure}
         if self.status != "ok":
             return out
-        series = {"t_s": [(t - t0_ns) / 1e9 for t, _ in self.scrapes]}
+        scrapes = sorted(self.scrapes, key=lambda scrape: scrape[0])  # NOTE: rebase() runs beside the thread
+        series = {"t_s": [(t - t0_ns) / 1e9 for t, _ in scrapes]}
         for name in SERIES:
-            values = [s[name] for _, s in self.scrapes]
+            values = [s[name] for _, s in scrapes]
             if any(v is not None for v in values):
                 series[name] = values
         out["series"] = series
@@ -304,16 +323,16 @@ def server_vs_client(block: dict, summary: dict) -> dict | None:
         rows.append({"name": name, "server": server, "client": client, "ratio": ratio})
         if ratio is not None and abs(ratio - 1) > AGREEMENT_MARGIN:
             notes.append(f"{name}: server {server:,.2f} vs client {client:,.2f} ({ratio:.2f}x), "
-                         f"{_reason(name)}")
+                         f"{_reason(name, block.get('window', 'run'))}")
     return {"rows": rows, "margin": AGREEMENT_MARGIN, "notes": notes}
 
 
-def _reason(name: str) -> str:
+def _reason(name: str, window: str) -> str:
     if name.startswith("mean TTFT"):
         return ("the server times from its arrival, the client from the send (network, HTTP and the "
                 "client's own loop are outside the server's figure)")
     if name.startswith("output tokens"):
-        return ("the server counts every request it served between the scrapes (warm-up and other "
-                "clients included)")
+        also = "other clients' too" if window == "run" else f"window: {window}"
+        return f"the server counts every request it served between the scrapes ({also})"
     return ("the server times its outputs from its engine's steps, the client the events it "
             "received (each request's first to last token, over its tokens)")

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import sys
 import time
 
@@ -14,43 +13,34 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen import __version__
-from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens, pct_key
+from loadgen.measure.machine import machine
+from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens
 from loadgen.measure.records import RequestRecord
 from loadgen.report import peers
 from loadgen.report.runfile import load_files
+from loadgen.report.workload import workload
 from loadgen.run.runner import RunResult
 
+#: The result's rows: (summary key, label, format). The terminal's headline block and details
+#: (terminal.py) and the page's summary table (html.py) all read these.
 TABLE_ROWS = (
-    ("completed", "Successful requests", "{:.0f}"),
-    ("failed", "Failed requests", "{:.0f}"),
-    ("duration", "Benchmark duration (s)", "{:.2f}"),
-    ("total_input_tokens", "Total input tokens", "{:.0f}"),
-    ("total_output_tokens", "Total output tokens (server usage)", "{:.0f}"),
-    ("total_output_tokens_client", "Total output tokens (client count)", "{:.0f}"),
+    ("completed", "Successful requests", "{:,.0f}"),
+    ("failed", "Failed requests", "{:,.0f}"),
+    ("duration", "Benchmark duration (s)", "{:,.2f}"),
+    ("total_input_tokens", "Total input tokens", "{:,.0f}"),
+    ("total_output_tokens", "Total output tokens (server usage)", "{:,.0f}"),
+    ("total_output_tokens_client", "Total output tokens (client count)", "{:,.0f}"),
     ("output_tokens_per_event_source", "  client count per event from", "{}"),
-    ("total_output_tokens_retokenized", "Total output tokens (retokenized text)", "{:.0f}"),
-    ("output_tokens_usage_minus_client", "  usage minus client count", "{:.0f}"),
-    ("request_throughput", "Request throughput (req/s)", "{:.2f}"),
-    ("input_throughput", "Input token throughput (tok/s)", "{:.2f}"),
-    ("output_throughput", "Output token throughput (tok/s)", "{:.2f}"),
-    ("total_throughput", "Total token throughput (tok/s)", "{:.2f}"),
-    ("max_output_tokens_per_s", "Peak output throughput (tok/s, 1 s)", "{:.0f}"),
-    ("concurrency", "Mean requests in flight", "{:.2f}"),
-    ("max_concurrent_requests", "Peak requests in flight", "{:.0f}"),
-    ("request_goodput", "Request goodput (req/s)", "{:.2f}"),
-)
-TOKENS_NOTE = (
-    "Output tokens: 'server usage' is the completion_tokens the server reported (it also counts "
-    "tokens it did not send as text, e.g. EOS or a matched stop string); 'client count' is what "
-    "loadgen received, counted per token event as the server emitted it: the growth of the usage the "
-    "server streams in every chunk (--continuous-usage), else one per token event. Which events are "
-    "token events is the rule shown (--token-events). The rows under 'usage minus client count' name "
-    "its causes with counts: empty-text events (tokens that decoded to no text; a rule that drops "
-    "them misses their tokens), events carrying several tokens (from the streamed usage, or the "
-    "retokenized text past the events), and the rest: events lost, or tokens never sent. "
-    "'retokenized' (with --tokenizer) re-encodes the received text and is shown only on the side. "
-    "Throughput uses usage when the server gives it. 'ITL per token' is shown only where it differs "
-    "from ITL per chunk (some event carried several tokens)."
+    ("output_tokens_usage_minus_client", "  usage minus client count", "{:,.0f}"),
+    ("total_output_tokens_retokenized", "Total output tokens (retokenized text)", "{:,.0f}"),
+    ("request_throughput", "Request throughput (req/s)", "{:,.2f}"),
+    ("input_throughput", "Input token throughput (tok/s)", "{:,.2f}"),
+    ("output_throughput", "Output token throughput (tok/s)", "{:,.2f}"),
+    ("total_throughput", "Total token throughput (tok/s)", "{:,.2f}"),
+    ("max_output_tokens_per_s", "Peak output throughput (tok/s, 1 s)", "{:,.0f}"),
+    ("concurrency", "Mean requests in flight", "{:,.2f}"),
+    ("max_concurrent_requests", "Peak requests in flight", "{:,.0f}"),
+    ("request_goodput", "Request goodput (req/s)", "{:,.2f}"),
 )
 
 #: `compare`'s rows before the latency statistics the runs hold (peers.latency_keys).
@@ -77,9 +67,9 @@ def _jsonable(value):
 
 def environment() -> dict:
     """Where the run happened: python, platform, cores, loadgen version."""
-    return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
-            "loadgen_version": __version__}
+    here = machine(None)
+    return {"python": sys.version.split()[0], "platform": here["platform"], "cpu_count": here["cpu_count"],
+            "usable_cores": here["usable_cores"], "loadgen_version": __version__}
 
 
 def _vllm_keys(summary: dict) -> dict:
@@ -105,9 +95,10 @@ def _detailed(result: RunResult) -> dict:
 
 
 def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metadata: dict | None = None,
-                label: str | None = None) -> dict:
-    """The `--output` JSON: SGLang-style flat keys and vLLM's where they differ, plus config,
-    environment and the summary; `detailed` adds vLLM's per-request lists."""
+                label: str | None = None, command: str | None = None) -> dict:
+    """The `--output` JSON: SGLang-style flat keys and vLLM's where they differ, plus the workload
+    (`command`: the command line that ran it, None from the library), config, environment and the
+    summary; `detailed` adds vLLM's per-request lists."""
     cfg = result.cfg
     flat = {
         "backend": cfg.backend, "model_id": result.model, "base_url": cfg.base_url,
@@ -123,6 +114,7 @@ def result_dict(result: RunResult, dataset: dict, detailed: bool = False, metada
     flat.update(metadata or {})
     if detailed:
         flat.update(_detailed(result))
+    flat["workload"] = _jsonable(workload(result, dataset, command))
     flat["config"] = _jsonable(cfg)
     flat["dataset"] = dataset
     flat["environment"] = environment()
@@ -184,161 +176,16 @@ def write_records(path: str, result: RunResult) -> None:
             f.write(json.dumps(_jsonable(row)) + "\n")
 
 
-def fmt(value, spec: str = "{:.2f}") -> str:
-    """A table cell: '-' for None, numbers through `spec`, anything else as str."""
+def fmt(value, spec: str = "{:,.2f}") -> str:
+    """A cell, in the one number format: '-' for None, true/false for a boolean, an integer with
+    thousands separators (where `spec` is a fixed-point one), a float through `spec`, else str."""
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and spec.endswith("f}"):
+        return f"{value:,}"
     return spec.format(value) if isinstance(value, int | float) else str(value)
-
-
-def print_table(result: RunResult, console: Console | None = None) -> None:
-    """The final table: throughput, latency distributions, errors, client health."""
-    console = console or Console()
-    s, cfg = result.summary, result.cfg
-    title = "loadgen result" + (" (INTERRUPTED: partial)" if result.interrupted else "")
-    table = Table(title=title, show_header=False, caption=TOKENS_NOTE, caption_justify="left")
-    for key, label, spec in TABLE_ROWS:
-        if key == "total_output_tokens" and s.get("output_tokens_source") == "client":
-            label = "Total output tokens (client count: no usage)"
-        table.add_row(label, fmt(s.get(key), spec))
-        if key == "total_input_tokens":
-            table.add_row("  as built by the dataset", fmt(s.get("total_input_tokens_dataset"), spec))
-            table.add_row("  input lengths from", result.dataset_info.get("input_lengths", "-"))
-        elif key == "output_tokens_usage_minus_client":
-            _reconciliation_rows(table, s.get("output_tokens_reconciliation"))
-        elif key == "output_tokens_per_event_source":
-            table.add_row("  token events", peers.token_events({**s, "token_event_rule": cfg.token_event_rule}))
-    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"),
-                        ("itl_per_token", "ITL per token"), ("e2e_latency", "E2E latency")):
-        if name == "itl_per_token" and not _per_token_differs(s, cfg.percentiles):
-            continue
-        cells = [f"mean {fmt(s[f'mean_{name}_ms'])}", f"median {fmt(s[f'median_{name}_ms'])}"]
-        cells += [f"{pct_key(p)} {fmt(s[f'{pct_key(p)}_{name}_ms'])}" for p in cfg.percentiles]
-        table.add_row(f"{label} (ms)", "  ".join(cells))
-        if name == "ttft" and "ttft_split" in s:
-            _add_ttft_split(table, s["ttft_split"])
-    for row in s.get("per_turn") or []:
-        table.add_row(f"turn {row['turn']}", f"{row['count']} ok" + (f", {row['failed']} failed" if row["failed"] else "")
-                      + f"  TTFT (ms) mean {fmt(row['mean_ttft_ms'])}  p50 {fmt(row['p50_ttft_ms'])}  "
-                      f"p99 {fmt(row['p99_ttft_ms'])}  input tokens mean {fmt(row['mean_input_tokens'], '{:.1f}')}")
-    for cls, info in s["errors"].items():
-        table.add_row(f"error {cls}", f"{info['count']}  e.g. {info['example']}")
-    health = s["client_health"]
-    for w in health["workers"]:
-        steady = w.get("loop_lag_steady_p99_ms")
-        wait = "" if w.get("run_wait_share") is None else f"  waited for a CPU {w['run_wait_share']:.0%}"
-        table.add_row(f"worker {w['worker']}", f"cpu {w['cpu_share']:.0%}{wait}  loop lag p99 "
-                      f"{w['loop_lag_p99_ms']:.1f} ms" + ("" if steady is None else f" (steady {steady:.1f})")
-                      + f"  cpu/event {fmt(w['cpu_us_per_event'], '{:.1f}')} µs (read "
-                      f"{fmt(w.get('read_cpu_us_per_event'), '{:.1f}')} + parse "
-                      f"{fmt(w.get('parse_cpu_us_per_event'), '{:.1f}')})")
-    for h in (s.get("cluster") or {}).get("hosts", []):
-        table.add_row(f"host {h['hostname']} ({h['ip']})",
-                      f"node {h['node_id'][:12]}  workers {h['workers']}  streams {h['streams']}  clock "
-                      f"{h['offset_ms']:+.3f} ± {h['uncertainty_ms']:.3f} ms"
-                      + (f"  [bold red]lost {h['workers_lost']}[/]" if h["workers_lost"] else ""))
-    table.add_row("send lag (ms)", f"mean {health['mean_send_lag_ms']:.2f}  median {fmt(s.get('median_send_lag_ms'))}  "
-                  f"p99 {health['p99_send_lag_ms']:.2f}  max {health['max_send_lag_ms']:.2f}")
-    _stamp_rows(table, health)
-    if s["client_bound"] is None:
-        verdict = "not judged (no request succeeded)"
-    elif s["client_bound"]:
-        verdict = "[bold red]YES[/]: " + "; ".join(health["client_bound_reasons"])
-        if health.get("client_bound_cause"):
-            verdict += f" [bold]cause[/]: {health['client_bound_cause']}"
-    else:
-        verdict = "no"
-    table.add_row("client-bound", verdict)
-    for note in health.get("client_health_notes", []):
-        table.add_row("  note", note)
-    _steady_rows(table, (result.timeline or {}).get("steady_state"))
-    _server_rows(table, result.server_metrics, s.get("server_vs_client"))
-    console.print(table)
-
-
-def _reconciliation_rows(table: Table, rec: dict | None) -> None:
-    """Under 'usage minus client count': its causes, each with its count (measure/token_counts.py)."""
-    if rec is None:
-        return
-    empty = rec["empty_text_events"]
-    fate = "dropped by the rule: their tokens are missed" if rec["empty_text_events_dropped"] \
-        else "counted as token events"
-    table.add_row("    empty-text events", f"{empty:,} ({fate})" if empty else "0")
-    source = rec["several_token_events_from"]
-    table.add_row("    events carrying several tokens",
-                  f"{rec['several_token_extra']:,} tokens past one per event (from {source})" if source
-                  else "unknown (one token per event counted; --continuous-usage or --tokenizer tell)")
-    table.add_row("    lost or never sent", f"{rec['lost_or_unsent']:,}")
-
-
-def _per_token_differs(s: dict, percentiles) -> bool:
-    """Whether ITL per token differs from ITL per chunk anywhere in the summary."""
-    stats = ("mean", "median", "max", *(pct_key(p) for p in percentiles))
-    return any(s.get(f"{stat}_itl_per_token_ms") != s.get(f"{stat}_itl_ms") for stat in stats)
-
-
-def _stamp_rows(table: Table, health: dict) -> None:
-    """Where latencies come from, and how exact they were (see loadgen/README.md, "Client health")."""
-    source = health.get("stamp_source", "loop")
-    if source == "loop":
-        table.add_row("stamps", "loop: event times are when the event loop got to each read "
-                      "(they include the client's own delay)")
-        return
-    delay = health.get("client_delay") or {}
-    line = f"{source}: kernel receive stamps"
-    if delay:
-        line += (f"; client delay (loop - kernel) median {delay['p50_ms']:.2f}  p99 {delay['p99_ms']:.2f}  "
-                 f"max {delay['max_ms']:.2f} ms over {delay['reads']:,} reads")
-    table.add_row("stamps", line)
-    if health.get("coalesced_share") is not None:
-        table.add_row("  exactness", f"{health['coalesced_share']:.1%} of events shared a read with later bytes "
-                      f"({health['uncertain_event_share']:.1%} possibly > 2 ms late); TTFT exact for "
-                      f"{fmt(health['ttft_exact_share'], '{:.1%}')} (uncertainty p99 "
-                      f"{fmt(health['ttft_uncertainty_p99_ms'])} ms)")
-    if (refill := health.get("refill")) is not None:
-        table.add_row("  refill lag (ms)", f"median {refill['refill_lag_p50_ms']:.2f}  p99 "
-                      f"{refill['refill_lag_p99_ms']:.2f}  (slots empty {refill['idle_share']:.1%} of the time)")
-
-
-def _steady_rows(table: Table, steady: dict | None) -> None:
-    if steady is None:
-        table.add_row("steady state", "none found (see timeline.steady_state in the JSON for the rule)")
-        return
-    table.add_row("steady state", f"{steady['start_s']:.0f}-{steady['end_s']:.0f} s, "
-                  f"{steady['mean_in_flight']:,.0f} in flight, {steady['output_throughput']:,.0f} output tok/s, "
-                  f"{steady['request_throughput']:,.2f} req/s")
-    for name in ("ttft", "itl", "tpot"):
-        d = steady.get(f"{name}_ms")
-        if d:
-            table.add_row(f"  {name.upper()} (ms)", f"mean {d['mean']:.2f}  median {d['p50']:.2f}  "
-                          f"p90 {d['p90']:.2f}  p99 {d['p99']:.2f}")
-
-
-def _server_rows(table: Table, server: dict, versus: dict | None) -> None:
-    status = (server or {}).get("status", "off")
-    if status != "ok":
-        table.add_row("server metrics", status)
-        return
-    run = server.get("run", {})
-    counts = "  ".join(f"{k.replace('_', ' ')} {v:,.0f}" for k, v in run.items()
-                       if k in ("preemptions", "prefill_steps", "decode_steps", "engine_steps"))
-    table.add_row("server metrics", f"{server['dialect']}, {server['scrapes']} scrapes"
-                  + (f"; over the run: {counts}" if counts else ""))
-    for row in (versus or {}).get("rows", []):
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}x"
-        table.add_row(f"  server vs client {row['name']}", f"{row['server']:,.2f} vs {row['client']:,.2f} ({ratio})")
-    for note in (versus or {}).get("notes", []):
-        table.add_row("  note", note)
-
-
-def _add_ttft_split(table: Table, split: dict) -> None:
-    """A few rows: each part of TTFT, with the server's own timing (mean, p50, p99 in ms)."""
-    table.add_row("  TTFT split (ms)", f"{split['requests']} requests with server timing")
-    for part in split["mean_ms"]:
-        if part == "decode" and not split["mean_ms"][part]:
-            continue  # streamed: TTFT holds no decode
-        table.add_row(f"    {part.replace('_', ' ')}",
-                      "  ".join(f"{stat} {fmt(split[f'{stat}_ms'][part])}" for stat in ("mean", "p50", "p99")))
 
 
 def compare(paths: list[str], console: Console | None = None) -> Table:
@@ -371,7 +218,7 @@ def compare(paths: list[str], console: Console | None = None) -> Table:
 def _compare_cell(run: dict, base: dict, key: str, notes: peers.Notes) -> str:
     """A value with its ratio to the first run's and the note on it."""
     v, b = run.get(key), base.get(key)
-    text = str(v) if isinstance(v, bool) else fmt(v)
+    text = fmt(v)
     if run is not base and isinstance(v, int | float) and not isinstance(v, bool) and b:
         text += f" ({v / b:.2f}x)"
     return text + notes.ref(peers.note_for(run, key))

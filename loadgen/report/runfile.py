@@ -105,6 +105,12 @@ RUN = {
     **dict.fromkeys(("label", "kind", "date", "base_url", "model_id", "backend", "transport",
                      "loadgen_version", "output_tokens_per_event_source", "token_event_rule"), STR),
     "client_bound": BOOL, "config": OBJECT, "environment": OBJECT,
+    "workload": {
+        **dict.fromkeys(("command", "dataset", "convention", "token_event_rule", "mode", "stamps"), STR),
+        **dict.fromkeys(("input_tokens", "output_tokens"), {"mean": NUM, "min": NUM, "max": NUM}),
+        **dict.fromkeys(("concurrency", "num_prompts", "duration_s", "warmup"), NUM), "request_rate": RATE,
+        "machine": {**dict.fromkeys(("cpu_count", "usable_cores", "load_avg_1m"), NUM), "platform": STR},
+    },
     "summary": {
         "client_health": {"client_bound_reasons": [STR], "client_health_notes": [STR], "client_bound_cause": STR,
                           "stamp_source": STR, **dict.fromkeys(HEALTH_NUMBERS, NUM),

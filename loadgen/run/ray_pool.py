@@ -249,6 +249,7 @@ class RayPool:
         self.lost: dict[int, str] = {}
         self.live_cache = [[0] * NUM_COUNTERS for _ in plans]
         self.start_ns = SimpleNamespace(value=0)
+        self.on_warm = None  # called once every worker is warm, before the start (runner.py)
         self.startup_s: float | None = None
         self.connect_s: float | None = None
         self.created_ns = created_ns
@@ -269,6 +270,8 @@ class RayPool:
         ready, _ = ray.wait(self.ready_refs, num_returns=len(self.ready_refs), timeout=0)
         if len(ready) < len(self.ready_refs):
             return
+        if self.on_warm is not None:
+            self.on_warm()
         max_rtt = max(2 * unc for _, unc in self.clocks)
         start = now_ns() + max(MIN_START_DELAY_NS, 4 * max_rtt)
         for i, actor in enumerate(self.actors):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import httpx
 import msgspec
 
+from loadgen.measure.machine import load_avg_1m
 from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.measure.server_metrics import Scraper, server_vs_client
@@ -54,6 +55,8 @@ from loadgen.run.worker import (
 
 STOP_GRACE_S = 10.0
 START_DELAY_NS = 20_000_000
+#: How long warm workers wait for the parent's scrape after the warm-up (`_Pool.on_warm`).
+WARM_HANDOFF_S = 30.0
 
 
 class SetupError(RuntimeError):
@@ -76,6 +79,7 @@ class RunResult:
     timeline: dict = field(default_factory=dict)
     cdf: dict = field(default_factory=dict)
     server_metrics: dict = field(default_factory=dict)
+    load_avg_1m: float | None = None  # when the run began, before its workers
 
 
 def first_model(cfg: RunConfig) -> str:
@@ -251,13 +255,19 @@ def live_totals(c: list[int]) -> dict:
 
 
 class _Pool:
-    """The worker processes and their shared counters, pipes, barrier and stop event."""
+    """The worker processes and their shared counters, pipes, barrier and stop event.
+
+    With a warm-up, the workers wait after it until the parent has called `on_warm` (if set):
+    the server-metrics baseline is scraped there, between the warm-up and the run."""
 
     def __init__(self, cfg: RunConfig, plans: list[WorkerPlan]) -> None:
         ctx = mp.get_context("fork")
         self.counters = ctx.RawArray("q", NUM_COUNTERS * len(plans))
         self.stop_event = ctx.Event()
         self.start_ns = ctx.RawValue("q", 0)
+        self.on_warm = None
+        self.has_warmup = cfg.warmup > 0
+        self.warm, self.go = ctx.Event(), ctx.Event()
         self.barrier = ctx.Barrier(len(plans), action=self._set_start)
         self.pipes, self.procs = [], []
         for plan in plans:
@@ -273,6 +283,9 @@ class _Pool:
 
     def _set_start(self) -> None:
         # NOTE: runs in the last worker to reach the barrier; all workers share this origin.
+        if self.has_warmup:
+            self.warm.set()
+            self.go.wait(WARM_HANDOFF_S)
         self.start_ns.value = time.perf_counter_ns() + START_DELAY_NS
 
     def totals(self) -> dict:
@@ -280,6 +293,10 @@ class _Pool:
 
     def poll(self, timeout: float) -> None:
         """Collect any finished worker's result (waits at most `timeout`)."""
+        if self.warm.is_set() and not self.go.is_set():
+            if self.on_warm is not None:
+                self.on_warm()
+            self.go.set()
         ready = mp.connection.wait([p for i, p in enumerate(self.pipes) if i not in self.results], timeout)
         for pipe in ready:
             i = self.pipes.index(pipe)
@@ -295,6 +312,7 @@ class _Pool:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.go.set()
 
     def terminate(self) -> None:
         for i, proc in enumerate(self.procs):
@@ -324,6 +342,7 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None, ray_cfg: RayConfig |
 
 
 def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
+    load_avg = load_avg_1m()
     model = cfg.model or first_model(cfg)
     dcfg, vocab_from = ids_vocab(cfg, dcfg)
     tokenizer, source = prompt_tokenizer(cfg, dcfg)
@@ -337,6 +356,7 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     pool = _Pool(cfg, plans) if cluster is None else cluster.pool(cfg, plans)
     try:
         if scraper is not None:
+            pool.on_warm = scraper.rebase if cfg.warmup else None
             scraper.begin()
         interrupted = _wait(pool, progress, scraper)
     finally:
@@ -370,7 +390,7 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     cpu_start = time.process_time()
     tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)
     tl["cpu_s"] = time.process_time() - cpu_start  # the parent's CPU for the timeline and CDFs
-    return RunResult(cfg, model, records, summary, interrupted, info, lost, tl, points, server)
+    return RunResult(cfg, model, records, summary, interrupted, info, lost, tl, points, server, load_avg)
 
 
 def _wait(pool, progress, scraper) -> bool:

@@ -18,7 +18,7 @@ from rich.console import Console
 from loadgen.cli import memory_note
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig
-from loadgen.report.results import print_table
+from loadgen.report.terminal import print_table
 from loadgen.run.runner import run
 
 THINK_S = 0.1

@@ -246,3 +246,16 @@ def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, popen_ctrl
         time.sleep(0.5)
     assert not left, left
     assert not os.path.exists(session)  # and its session folder removed
+
+
+@pytest.mark.timeout(180)
+def test_the_warm_up_stays_out_of_the_servers_window_on_ray_too(start_server):
+    # Before: the baseline scrape came before the actors' warm-up: 128 server tokens for the run's 96.
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "8", "--metrics", "vllm")
+    cfg = RunConfig(base_url=server.base_url, model="m", concurrency=4, num_prompts=12, warmup=4, workers=2,
+                    server_metrics_interval_s=0.2)
+    result = run(cfg, SMALL, ray_cfg=RayConfig("local"))
+    sm = result.server_metrics
+    assert result.summary["completed"] == 12
+    assert (sm["run"]["generation_tokens"], sm["run"]["ttft_count"]) == (96, 12)
+    assert sm["window"] == "run"

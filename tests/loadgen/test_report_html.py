@@ -101,7 +101,7 @@ def test_page_has_labels_summary_verdict_and_notes_and_no_network(page: Path):
     text = page.read_text()
     assert not NETWORK_REF.search(text), NETWORK_REF.search(text)
     assert "alpha-run" in text and "beta-run" in text
-    assert "1234.56" in text and "1851.84" in text  # output throughput of each run
+    assert "1,234.56" in text and "1,851.84" in text  # output throughput of each run
     assert "client-bound: numbers not trustworthy" in text and "worker 0 cpu 97%" in text
     assert "client healthy" in text
     assert "alpha-run: server counted EOS tokens" in text and "beta-run: server counted EOS tokens" in text
@@ -142,7 +142,7 @@ def test_an_old_file_renders_with_notes_instead_of_plots(tmp_path):
     assert "<img " not in text and "legacy" in text
     assert "legacy: no timeline in this file (older loadgen)" in text
     assert "legacy (not in this file): no server metrics series" in text
-    assert "Server vs client" not in text and "1234.56" in text
+    assert "Server vs client" not in text and "1,234.56" in text
 
 
 def test_a_new_and_an_empty_run_share_the_page():

@@ -176,6 +176,18 @@ def test_scrape_during_a_run_reads_the_known_series(start_server, tmp_path, name
     assert rows["output tokens"]["ratio"] == 1.0
 
 
+def test_warm_up_requests_are_left_out_of_the_servers_window(start_server, tmp_path):
+    # Before: the baseline was scraped before the warm-up, so the server counted 4 more requests
+    # (128 vs 96 tokens) and server_vs_client blamed "warm-up and other clients".
+    server = start_server("--ttft-ms", "5", "--gap-ms", "5", "--num-tokens", "8", "--metrics", "vllm")
+    data = _run(server.base_url, tmp_path, "--warmup", "4")
+    sm = data["server_metrics"]
+    assert (sm["run"]["generation_tokens"], sm["run"]["ttft_count"]) == (96, 12)
+    assert (sm["window"], sm["failed_scrapes"]) == ("run", 0)
+    rows = {r["name"]: r for r in data["summary"]["server_vs_client"]["rows"]}
+    assert rows["output tokens"]["ratio"] == 1.0 and data["summary"]["server_vs_client"]["notes"] == []
+
+
 def test_the_timeline_counts_every_request_token_and_gap(start_server, tmp_path):
     server = start_server("--ttft-ms", "5", "--gap-ms", "5", "--num-tokens", "8", "--faults", "ok,ok,http_500")
     data = _run(server.base_url, tmp_path, "--max-error-rate", "0.5")
@@ -285,6 +297,15 @@ def test_a_target_turning_hostile_after_the_baseline_costs_failed_scrapes_not_th
     assert data["completed"] == 6 and not data["interrupted"]
     assert (sm["status"], sm["scrapes"], sm["last_failure"]) == ("ok", 1, why)
     assert sm["failed_scrapes"] >= 1 and sm["series"]["waiting"] == [2.0]
+
+
+def test_a_failed_scrape_after_the_warm_up_keeps_the_first_baseline_and_says_so(start_hostile_metrics, tmp_path):
+    _, url = start_hostile_metrics("--metrics", "endless", "--from-scrape", "2")
+    proc, data = _run_against(url, tmp_path, "--warmup", "2")
+    assert proc.returncode == 0, proc.stderr
+    sm = data["server_metrics"]
+    assert (sm["status"], sm["last_failure"]) == ("ok", "body past 16 MiB") and sm["failed_scrapes"] >= 1
+    assert sm["window"] == "run and warm-up (the scrape after the warm-up failed)"
 
 
 def _interrupt_at_scrape(peer, loadgen: subprocess.Popen, n: int) -> None:
