@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import math
 
+import matplotlib
+
 from loadgen.measure.metrics import pct_key
-from loadgen.report.html import TEXT_ONLY, Html, _png, join, page, plt, table, tag
+from loadgen.report.html import TEXT_ONLY, Html, join, page, table, tag
+from loadgen.report.plots import figure, png
 from loadgen.report.sweep_tables import NAMES, TABLE_KEYS, cell
 
 #: The Pareto plots: (latency name in the keys, SLO field bounding it, axis label).
@@ -15,8 +18,8 @@ CURVES = (("ttft", "ttft_ms", "TTFT"), ("tpot", "tpot_ms", "TPOT"), ("e2e_latenc
 
 def render_sweeps(sweeps: list[dict], labels: list[str]) -> str:
     """The whole page for sweep files, named by `labels` in the same order."""
-    colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(sweeps))]
-    with plt.rc_context(TEXT_ONLY):
+    colors = [matplotlib.colormaps["tab10"](i % 10) for i in range(len(sweeps))]
+    with matplotlib.rc_context(TEXT_ONLY):
         pareto = _pareto(sweeps, labels, colors)
     parts = [_answers(sweeps, labels), Html("<h2>Throughput vs latency (Pareto)</h2>"),
              tag("<img alt='Pareto' src='{}'>", pareto),
@@ -59,7 +62,7 @@ def _xy(point: dict, key: str) -> tuple[float, float, list[float], list[float]]:
 
 
 def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(14, 4.8))
+    fig, axes = figure(1, 5.0, cols=len(CURVES))
     for ax, (name, slo_field, axis) in zip(axes, CURVES, strict=True):
         for sweep, label, color in zip(sweeps, labels, colors, strict=True):
             key = f"{pct_key(sweep.get('slo_percentile') or 99)}_{name}_ms"
@@ -82,9 +85,10 @@ def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
         ax.set_xlabel(f"{axis} p{sweeps[0].get('slo_percentile') or 99:g} (ms)")
         ax.set_ylabel("output tok/s")
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-    return _png(fig)
+    if axes[0].lines:
+        fig.legend(handles=[h for h in axes[0].get_legend_handles_labels()[0]], loc="outside upper center",
+                   ncol=min(4, len(axes[0].get_legend_handles_labels()[0])))
+    return png(fig)
 
 
 def _verdict(slo: dict | None) -> Html:
