@@ -301,7 +301,7 @@ def _plots(runs: list[dict], labels: list[str], colors) -> Html:
               if isinstance(_dict(r.get("summary")).get("ttft_split"), dict)]
     steady = [f"{label}: {_steady_note(r)}" for r, label, _ in series if _timeline(r)]
     warm = [f"{label}: warm-up of {n} requests before time 0, in no plot" for r, label, _ in series
-            if isinstance(n := _dict(r.get("config")).get("warmup", _dict(r.get("workload")).get("warmup")), int)
+            if isinstance(n := _dict(r.get("workload")).get("warmup", _dict(r.get("config")).get("warmup")), int)
             and n > 0]
     parts = [
         Html("<h2>Plots</h2>"),
