@@ -386,3 +386,20 @@ def test_cdf_tick_labels_do_not_overlap(low, high):
             assert all(a[1] < b[0] for a, b in itertools.pairwise(boxes)), boxes
             assert all("e" not in text and "+" not in text for *_, text in boxes), boxes
         plt.close(fig)
+
+
+def test_a_sweep_page_states_its_workload():
+    """The sweep page's Workload: what it swept, and its first run's workload block."""
+    from loadgen.report.sweep_html import render_sweeps
+
+    run = {**_run("point", 1.0, False), "workload": WORKLOAD}
+    stat = {"mean": 10.0, "low": 9.0, "high": 11.0}
+    point = {"value": 4, "phase": "list", "repeats": 1, "client_bound": False, "runs": [run], "slo": None,
+             "metrics": {"p99_ttft_ms": stat, "p99_tpot_ms": stat, "p99_e2e_latency_ms": stat,
+                         "output_throughput": {"mean": 1200.0, "low": None, "high": None}}}
+    sweep = {"kind": "sweep", "variable": "concurrency", "values": [4], "repeats": 1, "points": [point],
+             "answer": None, "rules": {}}
+    text = html.unescape(render_sweeps([sweep], ["s"]))
+    assert "<h2>Workload</h2>" in text
+    assert f"{WORKLOAD['command']} (the first point's run)" in text
+    assert "swept concurrency: 4; 1 repeat(s) each; first run: rate: sends 4 req/s, at most 8 in flight" in text
