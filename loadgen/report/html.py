@@ -326,9 +326,11 @@ def _steady_note(run: dict) -> str:
     if not _refilled(_timeline(run), ss):
         return (f"no steady state: the file's window {fmt(ss.get('start_s'), '{:g}')}-{fmt(ss.get('end_s'), '{:g}')}"
                 f" s saw no request start after its first interval (a batch sent at once; the rule: {STEADY_RULE})")
-    return (f"steady state {fmt(ss.get('start_s'), '{:g}')}-{fmt(ss.get('end_s'), '{:g}')} s (shaded): "
-            f"{fmt(ss.get('mean_in_flight'), '{:.1f}')} in flight, {fmt(ss.get('output_throughput'), '{:.0f}')} "
-            f"output tok/s")
+    figures = [fmt(ss.get(key), spec) + unit for key, spec, unit in
+               (("mean_in_flight", "{:.1f}", " in flight"), ("output_throughput", "{:.0f}", " output tok/s"))
+               if ss.get(key) is not None]
+    return (f"steady state {fmt(ss.get('start_s'), '{:g}')}-{fmt(ss.get('end_s'), '{:g}')} s (shaded)"
+            + (": " + ", ".join(figures) if figures else ""))
 
 
 def _without_batch_window(tl: dict) -> dict:
@@ -355,7 +357,7 @@ def _server_section(series) -> Html:
         failed, ok = sm.get("failed_scrapes"), sm.get("scrapes")
         if isinstance(failed, int) and failed:
             notes.append(f"{label}: {failed} of {failed + (ok or 0)} scrapes of /metrics failed (last: "
-                         f"{sm.get('last_failure') or '-'}); the plot has the {ok or 0} that answered")
+                         f"{sm.get('last_failure') or '-'}); its series holds only the {ok or 0} that answered")
         s = _server_series(run)
         if s is None:
             notes.append(f"{label} ({_server_status(run)}): no server metrics series")

@@ -120,6 +120,7 @@ def throughput_plot(timed) -> str:
     bottom.set_xlabel("time since the first intended send (s), per interval; shaded: steady state")
     top.sharex(bottom)
     for ax in (top, bottom):
+        ax.set_ylim(bottom=0)  # NOTE: from 0, so that a 2% wobble does not fill the panel
         legend(ax)
     return png(fig)
 

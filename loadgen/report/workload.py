@@ -111,6 +111,8 @@ def rows(run: dict) -> list[tuple[str, str]]:
 
 def _prompts(name, prompts, run: dict) -> str:
     """The prompts asked for; a multi-turn run's are sessions, each sending one request per turn."""
+    if prompts is None:
+        return "-"
     if name != "multi-turn":
         return f"{number(prompts)} prompts"
     sent = [run.get(k) for k in ("completed", "failed")]

@@ -332,8 +332,8 @@ def test_failed_scrapes_and_zero_series_are_said_not_drawn():
                                            "kv_usage": [0.0, 0.0, 0.0]})
     text = render([storm], ["storm"])
     assert text.count("<img ") == 4  # throughput, latency, CDF, TTFT split: no server plot
-    assert ("storm: 11 of 14 scrapes of /metrics failed (last: timed out reading /metrics); the plot has "
-            "the 3 that answered") in text
+    assert ("storm: 11 of 14 scrapes of /metrics failed (last: timed out reading /metrics); its series "
+            "holds only the 3 that answered") in text
     assert "storm: its 3 scrapes read 0 for every series, not drawn" in text
     both = render([storm, _run("fine", 1.0, False)], ["storm", "fine"])
     assert both.count("<img ") == 5 and "storm: its 3 scrapes read 0" in both
