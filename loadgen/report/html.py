@@ -179,7 +179,7 @@ def _summary(runs: list[dict], labels: list[str]) -> Html:
         cells = [fmt(run.get(key)) + notes.ref(peers.note_for(run, key)) for run in runs]
         rows.append([f"{LATENCY_NAMES[metric]} {stat} (ms)"] + _with_ratios([run.get(key) for run in runs], cells))
     footnotes = join(tag("<li>{}</li>", line) for line in notes.lines())
-    ratio_note = Html("<p class='note'>'B / A': B's value over the first run's, as `loadgen compare` prints it</p>")
+    ratio_note = Html("<p class='note'>'B / A': B's value over the first run's, as loadgen compare prints it</p>")
     return join([Html("<h2>Summary</h2>"), table(["metric", *_ratio_head(labels)], rows),
                  ratio_note if len(runs) > 1 else "",
                  tag("<ul class='note'>{}</ul>", footnotes) if notes.lines() else ""])
@@ -300,6 +300,7 @@ def _plots(runs: list[dict], labels: list[str], colors) -> Html:
     splits = [(_dict(r.get("summary"))["ttft_split"], label) for r, label, _ in series
               if isinstance(_dict(r.get("summary")).get("ttft_split"), dict)]
     steady = [f"{label}: {_steady_note(r)}" for r, label, _ in series if _timeline(r)]
+    steady += [f"the steady-state rule: {STEADY_RULE}"] if any("no steady state" in n for n in steady) else []
     warm = [f"{label}: warm-up of {n} requests before time 0, in no plot" for r, label, _ in series
             if isinstance(n := _dict(r.get("workload")).get("warmup", _dict(r.get("config")).get("warmup")), int)
             and n > 0]
@@ -322,10 +323,10 @@ def _steady_note(run: dict) -> str:
     if _dict(run.get("provenance")).get("tool") in peers.TOOLS:
         return "no steady state drawn for a peer's file"
     if not isinstance(ss, dict):
-        return f"no steady state (the rule: {STEADY_RULE})"
+        return "no steady state (by the rule below)"
     if not _refilled(_timeline(run), ss):
         return (f"no steady state: the file's window {fmt(ss.get('start_s'), '{:g}')}-{fmt(ss.get('end_s'), '{:g}')}"
-                f" s saw no request start after its first interval (a batch sent at once; the rule: {STEADY_RULE})")
+                " s saw no request start after its first interval (a batch sent at once; the rule below)")
     figures = [fmt(ss.get(key), spec) + unit for key, spec, unit in
                (("mean_in_flight", "{:.1f}", " in flight"), ("output_throughput", "{:.0f}", " output tok/s"))
                if ss.get(key) is not None]

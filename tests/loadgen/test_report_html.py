@@ -362,7 +362,9 @@ def test_steady_state_is_named_and_a_batch_window_is_none():
     text = html.unescape(render([batch], ["batch"]))
     assert "batch: no steady state: the file's window 2-9 s saw no request start after its first interval" in text
     batch["timeline"]["steady_state"] = None
-    assert "batch: no steady state (the rule: from the first" in html.unescape(render([batch], ["batch"]))
+    text = html.unescape(render([batch], ["batch"]))
+    assert "batch: no steady state (by the rule below)" in text
+    assert "the steady-state rule: from the first to the last interval" in text
 
 
 @pytest.mark.parametrize("low, high", [(2000.0, 9000.0), (1500.0, 40000.0), (0.05, 3000.0), (14.996, 15.003)])
