@@ -1,7 +1,8 @@
 """`loadgen report`: one self-contained HTML page of one or more saved runs.
 
-Plots are matplotlib PNGs inlined as base64, so the page needs no network; several runs share each
-plot, one colour per run. Every value from a file reaches the page through `esc` (markup is only
+Plots are matplotlib PNGs (loadgen/report/plots.py) inlined as base64, so the page needs no network;
+several runs share each plot, one colour per run. Each run states its workload first
+(loadgen/report/workload.py). Every value from a file reaches the page through `esc` (markup is only
 what this module writes, typed `Html`) and the plots as plain text, never as mathtext.
 """
 
