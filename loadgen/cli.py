@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.text import Text
 
 from loadgen import argtypes as at
+from loadgen.measure.workload import command_line
 from loadgen.plan.config import (
     BACKEND_ALIASES,
     DATASETS,
@@ -44,7 +45,6 @@ from loadgen.report.results import (
 from loadgen.report.runfile import load_files
 from loadgen.report.sweep_tables import print_sweep_table
 from loadgen.report.terminal import print_table
-from loadgen.report.workload import command_line
 from loadgen.run.runner import SetupError, run, wait_ready
 from loadgen.sweep.driver import EXIT_STOPPED, SweepSpec, exit_code, run_sweep
 

@@ -21,7 +21,8 @@ MIN_STEADY_BUCKETS = 2
 CDF_PERCENTILES = (*range(0, 100), 99.5, 99.9, 100)
 STEADY_RULE = (f"from the first to the last interval whose mean requests in flight reach "
                f"{STEADY_FRACTION:.0%} of the peak interval's (the start-up burst and the drain lie "
-               f"outside); at least {MIN_STEADY_BUCKETS} intervals")
+               f"outside); at least {MIN_STEADY_BUCKETS} intervals, and requests kept starting in it (one started "
+               f"after its first interval): a batch sent at once, such as N prompts at concurrency N, has none")
 
 
 def _quantiles(values_ms: np.ndarray) -> dict | None:
@@ -133,7 +134,7 @@ def steady_state(cfg: RunConfig, records: list[RequestRecord], buckets: list[dic
         return None
     high = np.flatnonzero(flight >= STEADY_FRACTION * flight.max())
     first, last = int(high[0]), int(high[-1])
-    if last - first + 1 < MIN_STEADY_BUCKETS:
+    if last - first + 1 < MIN_STEADY_BUCKETS or not any(b["started"] for b in buckets[first + 1:last + 1]):
         return None
     lo, hi = t0 + first * step, t0 + (last + 1) * step
     inside = [r for r in records if lo <= r.start_ns < hi]

@@ -1,51 +1,41 @@
 """`loadgen report`: one self-contained HTML page of one or more saved runs.
 
-Plots are matplotlib PNGs inlined as base64, so the page needs no network; several runs share each
-plot, one colour per run. Every value from a file reaches the page through `esc` (markup is only
+Plots are matplotlib PNGs (loadgen/report/plots.py) inlined as base64, so the page needs no network;
+several runs share each plot, one colour per run. Each run states its workload first
+(loadgen/report/workload.py). Every value from a file reaches the page through `esc` (markup is only
 what this module writes, typed `Html`) and the plots as plain text, never as mathtext.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
 import os
 import time
 
-import matplotlib
+from loadgen.measure.timeline import STEADY_RULE
+from loadgen.report import peers, plots, workload
+from loadgen.report.plots import SPLIT_PARTS, TEXT_ONLY, log_x, plt
+from loadgen.report.results import TABLE_ROWS, fmt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-
-from loadgen.report import peers  # noqa: E402
-from loadgen.report.results import TABLE_ROWS, fmt  # noqa: E402
+__all__ = ["TEXT_ONLY", "log_x", "render", "page", "table", "tag", "join", "esc", "Html"]
 
 LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL per chunk", "e2e_latency": "E2E latency",
                  "client_queue_time": "client queue time (vLLM)",
                  "e2el_including_client_queue": "E2E incl. client queue (vLLM)"}
 HEADER_KEYS = ("date", "base_url", "model_id", "backend", "transport", "loadgen_version")
-CDF_KEYS = (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL per chunk (ms)"), ("tpot_ms", "TPOT (ms)"),
-            ("e2e_latency_ms", "E2E latency (ms)"))
-SPLIT_PARTS = (("client_network", "client / network", "#8da0cb"), ("queue", "queue", "#fc8d62"),
-               ("prefill", "prefill", "#66c2a5"), ("server_other", "server other", "#b3b3b3"),
-               ("decode", "decode (--no-stream: TTFT is the whole response)", "#e78ac3"))
 NO_TIMELINE = "no timeline in this file (older loadgen)"
 NO_CDF = "no CDF in this file (older loadgen)"
-#: Labels and names from files are text: `$...$` in them is not parsed as mathtext.
-TEXT_ONLY = {"text.parse_math": False}
-PLAIN_TICKS = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
 CSS = """
-body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1150px; }
+body { font-family: sans-serif; margin: 24px; color: #222; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f2f2f2; }
 .bad { color: #b00020; font-weight: bold; } .good { color: #1b7a1b; font-weight: bold; }
-.note { color: #666; font-style: italic; } img { max-width: 100%; display: block; }
+.note { color: #666; font-style: italic; } img { width: 100%; max-width: 1600px; display: block; }
+tr.diff td { background: #fff3bf; } td.cmd { font-family: monospace; white-space: pre-wrap; overflow-wrap: anywhere; }
 .swatch { display: inline-block; width: 12px; height: 12px; margin-right: 4px; }
 """
 
@@ -86,7 +76,8 @@ def render(runs: list[dict], labels: list[str]) -> str:
     """The whole page for `runs` (results JSON objects), named by `labels` in the same order."""
     colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(runs))]
     with plt.rc_context(TEXT_ONLY):
-        parts = [_header(runs, labels, colors), _summary(runs, labels), _verdicts(runs, labels),
+        parts = [_header(runs, labels, colors), _workload(runs, labels), _summary(runs, labels),
+                 _verdicts(runs, labels),
                  _plots(runs, labels, colors), _server_vs_client(runs, labels),
                  _flags_and_machine(runs, labels), _also_in_the_files(runs, labels)]
     return page("loadgen report: " + ", ".join(labels), parts)
@@ -100,20 +91,27 @@ def _cell(value) -> str:
     """A value as a table shows it (text: `table` escapes it)."""
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool | int):
+        return workload.number(value)
+    if not isinstance(value, float):
         return fmt(value)
-    if isinstance(value, int):
-        return f"{value:d}"
-    return fmt(value) if abs(value) >= 0.1 or value == 0 else f"{value:.3g}"
+    return fmt(value) if abs(value) >= 0.1 or not math.isfinite(value) else f"{value:.3g}"
 
 
-def table(head: list, rows: list[list]) -> Html:
-    """A table; every cell goes through `esc`; the first column is a name, the rest numbers."""
+def table(head: list, rows: list[list], mark_differences: bool = False, cell_class: str = "num") -> Html:
+    """A table; every cell goes through `esc`; the first column is a name, the rest values (numbers
+    unless `cell_class` says otherwise). With `mark_differences`, a row whose values differ is
+    highlighted (class `diff`)."""
     out = [tag("<tr>{}</tr>", join(tag("<th>{}</th>", h) for h in head))]
     for row in rows:
-        cells = [tag("<td>{}</td>", row[0]), *(tag("<td class='num'>{}</td>", c) for c in row[1:])]
-        out.append(tag("<tr>{}</tr>", join(cells)))
+        cells = [tag("<td>{}</td>", row[0]), *(tag(f"<td class='{cell_class}'>{{}}</td>", c) for c in row[1:])]
+        differs = mark_differences and len({str(c) for c in row[1:]}) > 1
+        out.append(tag("<tr class='diff'>{}</tr>" if differs else "<tr>{}</tr>", join(cells)))
     return tag("<table>{}</table>", join(out))
+
+
+def _differences_note(runs: list[dict]) -> Html:
+    return Html("<p class='note'>highlighted: rows that differ between the runs</p>") if len(runs) > 1 else Html("")
 
 
 def _swatch(color) -> Html:
@@ -132,6 +130,42 @@ def _made_by(run: dict) -> str:
     return str(_dict(run.get("provenance")).get("made_by") or "-")
 
 
+def _workload(runs: list[dict], labels: list[str]) -> Html:
+    """What each run ran (loadgen/report/workload.py), one column per run, differing rows highlighted."""
+    per_run = [dict(workload.rows(run)) for run in runs]
+    rows = [[name] + [w[name] for w in per_run] for name in workload.ROWS]
+    return join([Html("<h2>Workload</h2>"), table(["", *labels], rows, mark_differences=True, cell_class="cmd"),
+                 _differences_note(runs), _per_turn(runs, labels)])
+
+
+def _per_turn(runs: list[dict], labels: list[str]) -> Html:
+    """A multi-turn run's figures per turn (its `per_turn` list)."""
+    out = []
+    for run, label in zip(runs, labels, strict=True):
+        turns = [_dict(t) for t in run.get("per_turn") or [] if isinstance(t, dict)]
+        if turns:
+            keys = [k for k in turns[0] if k != "turn"]
+            out.append(join([tag("<h3>{}: per turn</h3>", label),
+                             table(["turn", *keys], [[_cell(t.get("turn"))] + [_cell(t.get(k)) for k in keys]
+                                                     for t in turns])]))
+    return join(out, "\n")
+
+
+def _ratio_head(labels: list[str]) -> list[str]:
+    """The summary's columns: the first run, then each other run followed by its ratio to the first."""
+    return [labels[0]] + [h for label in labels[1:] for h in (label, f"{label} / {labels[0]}")]
+
+
+def _with_ratios(values: list, cells: list[str]) -> list[str]:
+    """`cells` (one per run) with, after each but the first, the ratio of its value to the first's."""
+    base = values[0]
+    out = [cells[0]]
+    for value, cell in zip(values[1:], cells[1:], strict=True):
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, base))
+        out += [cell, f"{value / base:.2f}x" if numeric and base else "-"]
+    return out
+
+
 def _summary(runs: list[dict], labels: list[str]) -> Html:
     """The terminal table's rows and every latency statistic the runs hold; a cell whose tool
     defines its row otherwise, or lacks it, carries a numbered note (peers.note_for)."""
@@ -139,13 +173,16 @@ def _summary(runs: list[dict], labels: list[str]) -> Html:
     rows = []
     for key, name, spec in TABLE_ROWS:
         if any(run.get(key) is not None for run in runs):
-            rows.append([name] + [fmt(run.get(key), spec) + notes.ref(peers.note_for(run, key)) for run in runs])
+            cells = [fmt(run.get(key), spec) + notes.ref(peers.note_for(run, key)) for run in runs]
+            rows.append([name] + _with_ratios([run.get(key) for run in runs], cells))
     for key in peers.latency_keys(runs):
         stat, metric = peers.LATENCY_KEY.fullmatch(key).groups()
-        rows.append([f"{LATENCY_NAMES[metric]} {stat} (ms)"]
-                    + [fmt(run.get(key)) + notes.ref(peers.note_for(run, key)) for run in runs])
+        cells = [fmt(run.get(key)) + notes.ref(peers.note_for(run, key)) for run in runs]
+        rows.append([f"{LATENCY_NAMES[metric]} {stat} (ms)"] + _with_ratios([run.get(key) for run in runs], cells))
     footnotes = join(tag("<li>{}</li>", line) for line in notes.lines())
-    return join([Html("<h2>Summary</h2>"), table(["metric", *labels], rows),
+    ratio_note = Html("<p class='note'>'B / A': B's value over the first run's, as loadgen compare prints it</p>")
+    return join([Html("<h2>Summary</h2>"), table(["metric", *_ratio_head(labels)], rows),
+                 ratio_note if len(runs) > 1 else "",
                  tag("<ul class='note'>{}</ul>", footnotes) if notes.lines() else ""])
 
 
@@ -213,7 +250,8 @@ def _flags_and_machine(runs: list[dict], labels: list[str]) -> Html:
             out.append(tag("<h2>{}</h2><p class='note'>none in these files</p>", title))
             continue
         rows = [[k] + [_cell(b.get(k)) for b in blocks] for k in names]
-        out.append(join([tag("<h2>{}</h2>", title), table(["key", *labels], rows)]))
+        out.append(join([tag("<h2>{}</h2>", title), table(["key", *labels], rows, mark_differences=True),
+                         _differences_note(runs)]))
     return join(out, "\n")
 
 
@@ -223,7 +261,8 @@ def _server_vs_client(runs: list[dict], labels: list[str]) -> Html:
         svc = _dict(_dict(run.get("summary")).get("server_vs_client"))
         if not svc:
             continue
-        rows = [[fmt(r.get("name")), _cell(r.get("server")), _cell(r.get("client")), _cell(r.get("ratio"))]
+        rows = [[fmt(r.get("name"))] + [_count(r.get(k)) if "tokens" in str(r.get("name")) else _cell(r.get(k))
+                                        for k in ("server", "client")] + [_cell(r.get("ratio"))]
                 for r in svc.get("rows") or []]
         notes = join(tag("<li>{}</li>", n) for n in svc.get("notes") or [])
         out.append(join([tag("<h3>{} (margin {})</h3>", label, fmt(svc.get("margin"))),
@@ -234,22 +273,16 @@ def _server_vs_client(runs: list[dict], labels: list[str]) -> Html:
     return join([Html("<h2>Server vs client</h2>"), *out], "\n")
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+def _count(value) -> str:
+    """A count (tokens), as an integer even when the file holds it as a float (Prometheus counters)."""
+    whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    return workload.number(int(value) if whole else value)
 
 
 def _section(title: str, uri: str | None, notes: list[str]) -> Html:
     """A plot with a line per note (a run lacking its data, and why); only the notes when no run has it."""
     return join([tag("<h3>{}</h3>", title), tag("<img alt='{}' src='{}'>", title, uri) if uri else "",
                  *(tag("<p class='note'>{}</p>", note) for note in notes)])
-
-
-def _num(value) -> float:
-    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def _timeline(run: dict) -> dict | None:
@@ -259,30 +292,84 @@ def _timeline(run: dict) -> dict | None:
 
 def _plots(runs: list[dict], labels: list[str], colors) -> Html:
     series = list(zip(runs, labels, colors, strict=True))
-    timed = [(_timeline(r), label, c) for r, label, c in series if _timeline(r)]
+    timed = [(_without_batch_window(_timeline(r)), label, c) for r, label, c in series if _timeline(r)]
     no_tl = [f"{label}: {_missing(r, 'no_timeline', NO_TIMELINE)}" for r, label, _ in series if not _timeline(r)]
     tl_notes = [f"{label}: {note}" for r, label, _ in series
                 if _timeline(r) and (note := _dict(r.get("provenance")).get("timeline_note"))]
     cdfs = [(r["cdf"], label, c) for r, label, c in series if _dict(r.get("cdf"))]
     no_cdf = [f"{label}: {_missing(r, 'no_cdf', NO_CDF)}" for r, label, _ in series if not _dict(r.get("cdf"))]
-    server = [(_server_series(r), label, c) for r, label, c in series]
     splits = [(_dict(r.get("summary"))["ttft_split"], label) for r, label, _ in series
               if isinstance(_dict(r.get("summary")).get("ttft_split"), dict)]
+    steady = [f"{label}: {_steady_note(r)}" for r, label, _ in series if _timeline(r)]
+    steady += [f"the steady-state rule: {STEADY_RULE}"] if any("no steady state" in n for n in steady) else []
+    warm = [f"{label}: warm-up of {n} requests before time 0, in no plot" for r, label, _ in series
+            if isinstance(n := _dict(r.get("workload")).get("warmup", _dict(r.get("config")).get("warmup")), int)
+            and n > 0]
     parts = [
         Html("<h2>Plots</h2>"),
-        _section("Output throughput and requests in flight", _throughput_plot(timed) if timed else None,
-                 no_tl + tl_notes),
-        _section("TTFT and ITL over time", _latency_plot(timed) if timed else None, no_tl),
-        _section("Latency distributions (CDF)", _cdf_plot(cdfs) if cdfs else None, no_cdf),
-        _section("Server queue and KV cache",
-                 _server_plot([s for s in server if s[0]]) if any(s for s, _, _ in server) else None,
-                 [f"{label} ({_server_status(r)}): no server metrics series"
-                  for (s, label, _), r in zip(server, runs, strict=True) if not s]),
+        _section("Output throughput and requests in flight", plots.throughput_plot(timed) if timed else None,
+                 no_tl + tl_notes + steady + warm),
+        _section("TTFT and ITL over time", *(plots.latency_plot(timed) if timed else (None, no_tl))),
+        _section("Latency distributions (CDF)", plots.cdf_plot(cdfs) if cdfs else None, no_cdf),
+        _server_section(series),
     ]
     if splits:
-        parts += [_section("TTFT split (mean ms)", _split_plot(splits), []), _split_table(splits)]
+        parts += [_section("TTFT split (mean ms)", plots.split_plot(splits), []), _split_table(splits)]
     return join(parts, "\n")
 
+
+def _steady_note(run: dict) -> str:
+    """The run's steady-state window and its figures, or that it has none and by which rule."""
+    ss = _dict(_timeline(run)).get("steady_state")
+    if _dict(run.get("provenance")).get("tool") in peers.TOOLS:
+        return "no steady state drawn for a peer's file"
+    if not isinstance(ss, dict):
+        return "no steady state (by the rule below)"
+    if not _refilled(_timeline(run), ss):
+        return (f"no steady state: the file's window {fmt(ss.get('start_s'), '{:g}')}-{fmt(ss.get('end_s'), '{:g}')}"
+                " s saw no request start after its first interval (a batch sent at once; the rule below)")
+    figures = [fmt(ss.get(key), spec) + unit for key, spec, unit in
+               (("mean_in_flight", "{:.1f}", " in flight"), ("output_throughput", "{:.0f}", " output tok/s"))
+               if ss.get(key) is not None]
+    return (f"steady state {fmt(ss.get('start_s'), '{:g}')}-{fmt(ss.get('end_s'), '{:g}')} s (shaded)"
+            + (": " + ", ".join(figures) if figures else ""))
+
+
+def _without_batch_window(tl: dict) -> dict:
+    """`tl`, without a steady-state window that no request refilled (older files), so that none is shaded."""
+    ss = tl.get("steady_state")
+    return tl if not isinstance(ss, dict) or _refilled(tl, ss) else {**tl, "steady_state": None}
+
+
+def _refilled(tl: dict, ss: dict) -> bool:
+    """Whether a request started in the steady-state window after its first interval (files written
+    before that was part of timeline.STEADY_RULE may carry a window without one)."""
+    step = plots.num(tl.get("interval_s"))
+    inside = [b for b in tl["buckets"] if isinstance(b, dict)
+              and plots.num(ss.get("start_s")) + step <= plots.num(b.get("t_s")) < plots.num(ss.get("end_s"))]
+    return any(b.get("started") for b in inside) or any(not isinstance(b.get("started"), int) for b in inside)
+
+
+def _server_section(series) -> Html:
+    """The server's queue and KV cache from the runs' scrapes; per run, its failed scrapes, and why a run
+    has no line (no series, or nothing but zeros: a flat line would read as an idle server)."""
+    drawn, notes = [], []
+    for run, label, color in series:
+        sm = _dict(run.get("server_metrics"))
+        failed, ok = sm.get("failed_scrapes"), sm.get("scrapes")
+        if isinstance(failed, int) and failed:
+            notes.append(f"{label}: {failed} of {failed + (ok or 0)} scrapes of /metrics failed (last: "
+                         f"{sm.get('last_failure') or '-'}); its series holds only the {ok or 0} that answered")
+        s = _server_series(run)
+        if s is None:
+            notes.append(f"{label} ({_server_status(run)}): no server metrics series")
+        elif not any(v for key, _ in plots.SERVER_PANELS[0][0] + plots.SERVER_PANELS[1][0]
+                     for v in s.get(key) or [] if isinstance(v, int | float)):
+            notes.append(f"{label}: its {len(s['t_s'])} scrapes read 0 for every series, not drawn")
+        else:
+            drawn.append((s, label, color))
+    uri, panel_notes = plots.server_plot(drawn) if drawn else (None, [])
+    return _section("Server queue and KV cache", uri, notes + panel_notes)
 
 def _missing(run: dict, key: str, default: str) -> str:
     """Why a run lacks a plot's data: its provenance says for a peer's file, else `default`."""
@@ -303,87 +390,6 @@ def _also_in_the_files(runs: list[dict], labels: list[str]) -> Html:
                       "above shows; their per-request times feed the plots</p>"), *out], "\n")
 
 
-def _steady(ax, tl: dict, color) -> None:
-    ss = tl.get("steady_state")
-    if isinstance(ss, dict) and ss.get("start_s") is not None and ss.get("end_s") is not None:
-        ax.axvspan(ss["start_s"], ss["end_s"], color=color, alpha=0.12, lw=0)
-        for edge in (ss["start_s"], ss["end_s"]):
-            ax.axvline(edge, color=color, ls=":", lw=1)
-
-
-def _bucket_series(tl: dict, key: str, sub: str | None = None) -> tuple[list[float], list[float]]:
-    """(interval middles, values): each bucket covers [t_s, t_s + interval_s)."""
-    half = _num(tl.get("interval_s")) / 2
-    xs, ys = [], []
-    for b in tl["buckets"]:
-        value = b.get(key)
-        if sub is not None:
-            value = value.get(sub) if isinstance(value, dict) else None
-        xs.append(_num(b.get("t_s")) + (0.0 if math.isnan(half) else half))
-        ys.append(_num(value))
-    return xs, ys
-
-
-def _throughput_plot(timed) -> str:
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-    for tl, label, color in timed:
-        top.plot(*_bucket_series(tl, "output_tok_s"), color=color, marker=".", label=label)
-        bottom.plot(*_bucket_series(tl, "in_flight"), color=color, marker=".", label=label)
-        for ax in (top, bottom):
-            _steady(ax, tl, color)
-    top.set_ylabel("output tok/s")
-    bottom.set_ylabel("requests in flight")
-    bottom.set_xlabel("time since the first intended send (s), per interval; shaded: steady state")
-    _finish(top, bottom)
-    return _png(fig)
-
-
-def _latency_plot(timed) -> str:
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-    for tl, label, color in timed:
-        for ax, key in ((top, "ttft_ms"), (bottom, "itl_ms")):
-            ax.plot(*_bucket_series(tl, key, "p50"), color=color, marker=".", label=f"{label} p50")
-            ax.plot(*_bucket_series(tl, key, "p99"), color=color, ls="--", marker=".", label=f"{label} p99")
-            _steady(ax, tl, color)
-    top.set_ylabel("TTFT (ms)")
-    bottom.set_ylabel("ITL per chunk (ms)")
-    bottom.set_xlabel("time since the first intended send (s); solid p50, dashed p99")
-    _finish(top, bottom)
-    return _png(fig)
-
-
-def _cdf_plot(cdfs) -> str:
-    fig, axes = plt.subplots(2, 2, figsize=(11, 6.5))
-    for ax, (key, name) in zip(axes.flat, CDF_KEYS, strict=True):
-        for cdf, label, color in cdfs:
-            points = [p for p in cdf.get(key) or [] if isinstance(p, list | tuple) and len(p) == 2
-                      and isinstance(p[1], int | float)]
-            if points:
-                ax.plot([v for _, v in points], [q / 100 for q, _ in points], color=color, label=label)
-        if ax.lines and min(min(line.get_xdata()) for line in ax.lines) > 0:
-            log_x(ax)
-        ax.set_xlabel(name)
-        ax.set_ylabel("fraction of samples")
-    _finish(*axes.flat)
-    return _png(fig)
-
-
-def log_x(ax) -> None:
-    """A log x axis labelled in plain numbers: its own labels are mathtext, which TEXT_ONLY turns
-    off (they would show as `$\\mathdefault{10^{1}}$`)."""
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(PLAIN_TICKS)
-    ax.xaxis.set_minor_formatter(_minor_ticks(ax))
-
-
-def _minor_ticks(ax) -> matplotlib.ticker.Formatter:
-    """Plain labels on a log axis's minor ticks while it spans less than a decade (else none)."""
-    def label(value, _) -> str:
-        low, high = ax.get_xlim()
-        return f"{value:g}" if high < 10 * low else ""
-    return matplotlib.ticker.FuncFormatter(label)
-
-
 def _server_series(run: dict) -> dict | None:
     sm = run.get("server_metrics")
     series = sm.get("series") if isinstance(sm, dict) else None
@@ -400,39 +406,6 @@ def _server_status(run: dict) -> str:
     return str(sm.get("status")) if isinstance(sm, dict) else "not in this file"
 
 
-def _server_plot(server) -> str:
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-    for series, label, color in server:
-        t = [_num(v) for v in series["t_s"]]
-        for key, ax, style, name in (("running", top, "-", "running"), ("waiting", top, "--", "waiting"),
-                                     ("kv_usage", bottom, "-", "KV use")):
-            values = series.get(key)
-            if values and len(values) == len(t):
-                ax.plot(t, [_num(v) for v in values], color=color, ls=style, label=f"{label} {name}")
-    top.set_ylabel("server requests")
-    bottom.set_ylabel("KV-cache use")
-    bottom.set_xlabel("time since the first intended send (s); solid running, dashed waiting")
-    _finish(top, bottom)
-    return _png(fig)
-
-
-def _split_plot(splits) -> str:
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(splits)))
-    names = [label for _, label in splits]
-    left = [0.0] * len(splits)
-    for key, name, color in SPLIT_PARTS:
-        widths = [_num((split.get("mean_ms") or {}).get(key)) for split, _ in splits]
-        widths = [0.0 if math.isnan(w) else w for w in widths]
-        ax.barh(names, widths, left=left, color=color, label=name)
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(max(left), 1e-9) * 1.3)  # room on the right for the legend
-    ax.set_xlabel("mean TTFT (ms), split by where it was spent")
-    ax.legend(fontsize=8, loc="center right")
-    ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
-
-
 def _split_table(splits) -> Html:
     head = ["part"] + [f"{label} {stat}" for _, label in splits for stat in ("mean", "p50", "p99")]
     rows = [[name] + [_cell((split.get(f"{stat}_ms") or {}).get(key)) for split, _ in splits
@@ -440,9 +413,3 @@ def _split_table(splits) -> Html:
     rows.append(["requests"] + [c for split, _ in splits for c in (_cell(split.get("requests")), "", "")])
     return table(head, rows)
 
-
-def _finish(*axes) -> None:
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7, ncol=2)

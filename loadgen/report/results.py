@@ -16,9 +16,9 @@ from loadgen import __version__
 from loadgen.measure.machine import machine
 from loadgen.measure.metrics import input_tokens, origin_ns, output_tokens
 from loadgen.measure.records import RequestRecord
+from loadgen.measure.workload import workload
 from loadgen.report import peers
 from loadgen.report.runfile import load_files
-from loadgen.report.workload import workload
 from loadgen.run.runner import RunResult
 
 #: The result's rows: (summary key, label, format). The terminal's headline block and details

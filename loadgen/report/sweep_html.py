@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import math
 
+import matplotlib
+
 from loadgen.measure.metrics import pct_key
-from loadgen.report.html import TEXT_ONLY, Html, _png, join, page, plt, table, tag
+from loadgen.report import workload
+from loadgen.report.html import TEXT_ONLY, Html, join, page, table, tag
+from loadgen.report.plots import figure, png
 from loadgen.report.sweep_tables import NAMES, TABLE_KEYS, cell, interval_note
 
 #: The Pareto plots: (latency name in the keys, SLO field bounding it, axis label).
@@ -15,10 +19,10 @@ CURVES = (("ttft", "ttft_ms", "TTFT"), ("tpot", "tpot_ms", "TPOT"), ("e2e_latenc
 
 def render_sweeps(sweeps: list[dict], labels: list[str]) -> str:
     """The whole page for sweep files, named by `labels` in the same order."""
-    colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(sweeps))]
-    with plt.rc_context(TEXT_ONLY):
+    colors = [matplotlib.colormaps["tab10"](i % 10) for i in range(len(sweeps))]
+    with matplotlib.rc_context(TEXT_ONLY):
         pareto = _pareto(sweeps, labels, colors)
-    parts = [_answers(sweeps, labels), Html("<h2>Throughput vs latency (Pareto)</h2>"),
+    parts = [_answers(sweeps, labels), _workload(sweeps, labels), Html("<h2>Throughput vs latency (Pareto)</h2>"),
              tag("<img alt='Pareto' src='{}'>", pareto),
              Html("<p class='note'>y: output tok/s, x: the latency percentile the SLO uses (p99 unless "
                   "--slo-percentile), each point labelled with its concurrency or rate; bars: the spread "
@@ -43,6 +47,34 @@ def _answers(sweeps: list[dict], labels: list[str]) -> Html:
     return join([*out, tag("</ul><p class='note'>{}</p>", notes)])
 
 
+def _first_run(sweep: dict) -> dict:
+    """The sweep's first measured run (its points share every flag but the swept one)."""
+    for point in sweep.get("points") or []:
+        for run in point.get("runs") or []:
+            if isinstance(run, dict):
+                return run
+    return {}
+
+
+def _workload(sweeps: list[dict], labels: list[str]) -> Html:
+    """What each sweep ran: what it swept, then its first run's workload (workload.rows) but the load,
+    which is the swept value; rows that differ between sweeps highlighted."""
+    columns = []
+    for sweep in sweeps:
+        first = _first_run(sweep)
+        rows = dict(workload.rows(first))
+        command = (sweep.get("workload") or {}).get("command") or sweep.get("command")
+        of_run = (first.get("workload") or {}).get("command") if isinstance(first.get("workload"), dict) else None
+        rows["command"] = command or (f"{of_run} (the first point's run)" if of_run else rows["command"])
+        values = ", ".join(workload.number(v) for v in sweep.get("values") or [])
+        rows["load"] = (f"swept {sweep.get('variable')}: {values}; {sweep.get('repeats')} repeat(s) each; "
+                        f"first run: {rows['load']}")
+        columns.append(rows)
+    rows = [[name] + [c[name] for c in columns] for name in workload.ROWS]
+    note = Html("<p class='note'>highlighted: rows that differ between the sweeps</p>") if len(sweeps) > 1 else ""
+    return join([Html("<h2>Workload</h2>"), table(["", *labels], rows, mark_differences=True, cell_class="cmd"), note])
+
+
 def _num(value) -> float:
     return float(value) if isinstance(value, int | float) else math.nan
 
@@ -59,7 +91,7 @@ def _xy(point: dict, key: str) -> tuple[float, float, list[float], list[float]]:
 
 
 def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(14, 4.8))
+    fig, axes = figure(1, 5.0, cols=len(CURVES))
     for ax, (name, slo_field, axis) in zip(axes, CURVES, strict=True):
         for sweep, label, color in zip(sweeps, labels, colors, strict=True):
             key = f"{pct_key(sweep.get('slo_percentile') or 99)}_{name}_ms"
@@ -69,7 +101,7 @@ def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
                         yerr=[[r[3][0] for r in rows], [r[3][1] for r in rows]], color=color, marker="o",
                         ls="-", capsize=3, label=label)
             for p, r in zip(pts, rows, strict=True):
-                ax.annotate(f"{p['value']:g}", (r[0], r[1]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                ax.annotate(f"{p['value']:g}", (r[0], r[1]), textcoords="offset points", xytext=(4, 4), fontsize=10)
                 if p.get("client_bound"):
                     ax.plot(r[0], r[1], "x", color="red", ms=12, mew=2)
             best = (sweep.get("answer") or {}).get("highest_passing")
@@ -82,9 +114,10 @@ def _pareto(sweeps: list[dict], labels: list[str], colors) -> str:
         ax.set_xlabel(f"{axis} p{sweeps[0].get('slo_percentile') or 99:g} (ms)")
         ax.set_ylabel("output tok/s")
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-    return _png(fig)
+    if axes[0].lines:
+        fig.legend(handles=[h for h in axes[0].get_legend_handles_labels()[0]], loc="outside upper center",
+                   ncol=min(4, len(axes[0].get_legend_handles_labels()[0])))
+    return png(fig)
 
 
 def _verdict(slo: dict | None) -> Html:

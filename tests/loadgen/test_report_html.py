@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import html
+import itertools
 import json
 import re
 import subprocess
@@ -13,7 +15,7 @@ import pytest
 
 from loadgen.selftest.testserver import SCRIPTED_TIMING
 
-HEADINGS = ("Runs", "Summary", "Client health", "Where the times come from", "Plots", "Output throughput and requests in flight",
+HEADINGS = ("Runs", "Workload", "Summary", "Client health", "Where the times come from", "Plots", "Output throughput and requests in flight",
             "TTFT and ITL over time", "Latency distributions (CDF)", "Server queue and KV cache",
             "TTFT split (mean ms)", "Server vs client", "Flags (config)", "Machine (environment)")
 NETWORK_REF = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
@@ -245,3 +247,161 @@ def test_log_axes_are_labelled_in_plain_numbers(low, high):
         plt.close(fig)
     shown = [t for t in labels if t]
     assert shown and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in shown), labels
+
+
+WORKLOAD = {"command": "loadgen --base-url http://127.0.0.1:30000 --request-rate 4 --concurrency 8 --num-prompts 96",
+            "dataset": "random", "convention": "vllm", "token_event_rule": "loadgen",
+            "input_tokens": {"mean": 512.46, "min": 100, "max": 900},
+            "output_tokens": {"mean": 60.0, "min": 1, "max": 128},
+            "mode": "rate", "concurrency": 8, "request_rate": 4.0, "num_prompts": 96, "duration_s": None,
+            "warmup": 2, "stamps": "kernel",
+            "machine": {"cpu_count": 2, "usable_cores": 2, "platform": "Linux-test", "load_avg_1m": 1.5}}
+
+
+def _rows(dom: str, heading: str) -> dict[str, tuple[bool, list[str]]]:
+    """The table under `<h2>heading</h2>` in a DOM: its first cell -> (highlighted, the other cells)."""
+    body = dom.split(f"<h2>{heading}</h2>", 1)[1].split("</table>", 1)[0]
+    out = {}
+    for attrs, cells in re.findall(r"<tr([^>]*)>(.*?)</tr>", body, re.S):
+        texts = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", cells, re.S)]
+        out[texts[0]] = ("diff" in attrs, texts[1:])
+    return out
+
+
+def test_each_run_states_its_workload_and_differences_are_highlighted(tmp_path, chromium):
+    """A run with the `workload` block next to one from before it: the page (as Chromium reads it)
+    has the Workload table, each row per run, the rows that differ highlighted and the rest not."""
+    new, old = _run("new-run", 1.0, False), _run("old-run", 1.5, False)
+    new["workload"] = WORKLOAD
+    old["config"]["stream"], old["config"]["request_rate"] = True, "inf"
+    old["dataset"] = {"name": "random", "random_input_len": 1024, "random_output_len": 128,
+                      "random_range_ratio": 0.0, "length_convention": "sglang"}
+    old["total_input_tokens"], old["total_output_tokens"], old["token_event_rule"] = 49152, 5760, "loadgen"
+    paths = [tmp_path / "new.json", tmp_path / "old.json"]
+    for path, run in zip(paths, (new, old), strict=True):
+        path.write_text(json.dumps(run))
+    out = tmp_path / "w.html"
+    proc = _loadgen("report", *map(str, paths), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    dom = chromium(tmp_path / "profile", "--dump-dom", out.as_uri()).stdout
+    rows = _rows(dom, "Workload")
+    assert rows[""] == (False, ["new-run", "old-run"])
+    assert rows["command"] == (True, [WORKLOAD["command"], "not recorded (file from before the workload block)"])
+    assert rows["dataset"] == (True, ["random", "random: asked 1024 in, 128 out, range ratio 0"])
+    assert rows["length convention"] == (True, ["vllm", "sglang"])
+    assert rows["token events"] == (False, ["loadgen", "loadgen"])  # the old file's top-level rule
+    assert rows["input tokens (mean / min / max)"] == (True, ["512.5 / 100 / 900",
+                                                              "512 / - / - (total 49152 over 96 requests)"])
+    assert rows["output tokens (mean / min / max)"][1] == ["60 / 1 / 128", "60 / - / - (total 5760 over 96 requests)"]
+    assert rows["load"] == (True, ["rate: sends 4 req/s, at most 8 in flight",
+                                   "concurrency: sends all at once, at most 4 in flight"])
+    assert rows["warm-up"][1][0] == "2 requests before the measured window (not in the client's figures or plots)"
+    assert rows["machine"][1] == ["2 cores (2 usable), Linux-test, load average 1.5 (1 min)", "2 cores (- usable), -"]
+    assert "new-run: warm-up of 2 requests before time 0, in no plot" in dom and "old-run: warm-up" not in dom
+    # The summary: a ratio column per run against the first; booleans as true/false in the flags.
+    summary = _rows(dom, "Summary")
+    assert summary["metric"][1] == ["new-run", "old-run", "old-run / new-run"]
+    assert summary["Output token throughput (tok/s)"][1] == ["1,234.56", "1,851.84", "1.50x"]
+    assert summary["Failed requests"][1] == ["0", "0", "-"]
+    flags = _rows(dom, "Flags (config)")
+    assert flags["stream"] == (True, ["-", "true"]) and flags["concurrency"] == (False, ["4", "4"])
+    assert "1.00" not in flags["stream"][1]
+
+
+def test_a_page_without_its_workload_block_fails_this_check(tmp_path, chromium):
+    """The check above, on a page whose Workload section is cut out: it must notice."""
+    path, out = tmp_path / "a.json", tmp_path / "a.html"
+    path.write_text(json.dumps({**_run("a", 1.0, False), "workload": WORKLOAD}))
+    assert _loadgen("report", str(path), "--output", str(out)).returncode == 0
+    text = out.read_text()
+    cut = re.sub(r"<h2>Workload</h2>.*?</table>", "", text, count=1, flags=re.S)
+    assert cut != text
+    out.write_text(cut)
+    dom = chromium(tmp_path / "profile", "--dump-dom", out.as_uri()).stdout
+    with pytest.raises(IndexError):
+        _rows(dom, "Workload")
+
+
+def test_failed_scrapes_and_zero_series_are_said_not_drawn():
+    """The storm: 11 of 14 scrapes failed, the 3 that answered read 0: a note, no flat plot."""
+    from loadgen.report.html import render
+
+    storm = _run("storm", 1.0, False)
+    storm["server_metrics"].update(scrapes=3, failed_scrapes=11, last_failure="timed out reading /metrics",
+                                   series={"t_s": [0.0, 20.0, 40.0], "running": [0, 0, 0], "waiting": [0, 0, 0],
+                                           "kv_usage": [0.0, 0.0, 0.0]})
+    text = render([storm], ["storm"])
+    assert text.count("<img ") == 4  # throughput, latency, CDF, TTFT split: no server plot
+    assert ("storm: 11 of 14 scrapes of /metrics failed (last: timed out reading /metrics); its series "
+            "holds only the 3 that answered") in text
+    assert "storm: its 3 scrapes read 0 for every series, not drawn" in text
+    both = render([storm, _run("fine", 1.0, False)], ["storm", "fine"])
+    assert both.count("<img ") == 5 and "storm: its 3 scrapes read 0" in both
+
+
+def test_an_outlier_puts_the_latency_panel_on_a_log_axis_and_says_so():
+    from loadgen.report.html import render
+
+    run = _run("spiky", 1.0, False)
+    run["timeline"]["buckets"][5]["itl_ms"] = {"n": 40, "p50": 2.5, "p90": 3.0, "p99": 40000.0}
+    text = render([run], ["spiky"])
+    assert "ITL per chunk (ms): log scale: a few values are far above the rest (largest 40000 ms)" in text
+    assert "TTFT (ms): log scale" not in text
+    assert "log scale" not in render([_run("calm", 1.0, False)], ["calm"])
+
+
+def test_steady_state_is_named_and_a_batch_window_is_none():
+    """A window that requests kept refilling is named; one from a batch sent at once (an older file's)
+    is said to be none, with the rule."""
+    from loadgen.report.html import render
+
+    assert "calm: steady state 2-9 s (shaded): " in render([_run("calm", 1.0, False)], ["calm"])
+    batch = _run("batch", 1.0, False)
+    for b in batch["timeline"]["buckets"]:
+        b["started"] = 96 if b["t_s"] == 0 else 0
+    text = html.unescape(render([batch], ["batch"]))
+    assert "batch: no steady state: the file's window 2-9 s saw no request start after its first interval" in text
+    batch["timeline"]["steady_state"] = None
+    text = html.unescape(render([batch], ["batch"]))
+    assert "batch: no steady state (by the rule below)" in text
+    assert "the steady-state rule: from the first to the last interval" in text
+
+
+@pytest.mark.parametrize("low, high", [(2000.0, 9000.0), (1500.0, 40000.0), (0.05, 3000.0), (14.996, 15.003)])
+def test_cdf_tick_labels_do_not_overlap(low, high):
+    import matplotlib.pyplot as plt
+
+    from loadgen.report.plots import TEXT_ONLY, cdf_figure
+
+    points = [[q, low * (high / low) ** (q / 100)] for q in range(0, 101, 5)]
+    with plt.rc_context(TEXT_ONLY):
+        fig = cdf_figure([({k: points for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")}, "run", "C0")])
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            labels = [t for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
+                      if t.get_text() and t.get_visible()]
+            lo, hi = ax.get_xlim()
+            boxes = sorted((b.x0, b.x1, t.get_text()) for t in labels
+                           if lo <= t.get_position()[0] <= hi and (b := t.get_window_extent(renderer)))
+            assert len(boxes) >= 2, boxes
+            assert all(a[1] < b[0] for a, b in itertools.pairwise(boxes)), boxes
+            assert all("e" not in text and "+" not in text for *_, text in boxes), boxes
+        plt.close(fig)
+
+
+def test_a_sweep_page_states_its_workload():
+    """The sweep page's Workload: what it swept, and its first run's workload block."""
+    from loadgen.report.sweep_html import render_sweeps
+
+    run = {**_run("point", 1.0, False), "workload": WORKLOAD}
+    stat = {"mean": 10.0, "low": 9.0, "high": 11.0}
+    point = {"value": 4, "phase": "list", "repeats": 1, "client_bound": False, "runs": [run], "slo": None,
+             "metrics": {"p99_ttft_ms": stat, "p99_tpot_ms": stat, "p99_e2e_latency_ms": stat,
+                         "output_throughput": {"mean": 1200.0, "low": None, "high": None}}}
+    sweep = {"kind": "sweep", "variable": "concurrency", "values": [4], "repeats": 1, "points": [point],
+             "answer": None, "rules": {}}
+    text = html.unescape(render_sweeps([sweep], ["s"]))
+    assert "<h2>Workload</h2>" in text
+    assert f"{WORKLOAD['command']} (the first point's run)" in text
+    assert "swept concurrency: 4; 1 repeat(s) each; first run: rate: sends 4 req/s, at most 8 in flight" in text

@@ -262,7 +262,9 @@ def test_a_server_killed_mid_sweep_keeps_the_finished_point_and_exits_4(tmp_path
     assert rc == 4 and "stopped at concurrency=" in err, err
     data = json.loads(out.read_text())
     first = data["points"][0]
-    assert first["value"] == 1 and first["runs"][0]["completed"] == 8 and first["slo"]["verdict"] == "pass"
+    assert first["value"] == 1 and first["runs"][0]["completed"] == 8
+    # NOTE: on a busy machine the client may be judged bound even at one stream: then "unknown".
+    assert first["slo"]["verdict"] == ("unknown" if first["client_bound"] else "pass")
     reason = data["stopped"]["reason"]
     # NOTE: the kill lands after the first point; the second either cannot list models (no --model)
     # or, with --model (or if its set-up won the race), sends requests that fail.

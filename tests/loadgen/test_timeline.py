@@ -38,16 +38,27 @@ def test_buckets_count_starts_ends_tokens_and_gaps():
 
 
 def test_the_steady_state_leaves_out_the_burst_and_the_drain():
-    # Ramp: 1 then 4 streams; 4 streams for 4 s; then a drain with one stream.
+    # Ramp: 1 then 4 streams; 4 streams for 4 s (three refilled at 2.9 s); then a drain with one stream.
     records = [_rec(0, 0.0, 0.1, 0.1, 60)]  # 0.1 .. 6.0 s
-    records += [_rec(i, 1.0, 1.1, 0.1, 39) for i in range(1, 4)]  # 1.1 .. 4.9 s
+    records += [_rec(i, 1.0, 1.1, 0.1, 19) for i in range(1, 4)]  # 1.1 .. 2.9 s
+    records += [_rec(i, 2.9, 3.0, 0.1, 20) for i in range(4, 7)]  # 3.0 .. 4.9 s
     tl = timeline(CFG, records, interval_s=1.0)
     steady = tl["steady_state"]
     assert (steady["start_s"], steady["end_s"], steady["rule"]) == (1.0, 5.0, STEADY_RULE)
-    assert steady["requests"] == 3 and steady["mean_in_flight"] == pytest.approx((4 + 4 + 4 + 1 + 3 * 0.9) / 4, abs=1e-6)
+    assert steady["requests"] == 6 and steady["mean_in_flight"] == pytest.approx((4 + 4 + 4 + 1 + 3 * 0.9) / 4, abs=1e-6)
     tokens_inside = sum(b["output_tokens"] for b in tl["buckets"][1:5])
     assert steady["output_throughput"] == pytest.approx(tokens_inside / 4.0)
     assert steady["ttft_ms"]["p50"] == pytest.approx(100.0)
+
+
+def test_a_batch_sent_at_once_has_no_steady_state():
+    """N prompts at concurrency N: in flight stays at its peak for seconds, but nothing refills it."""
+    batch = [_rec(i, 0.0, 0.1, 0.1, 30 + i % 3) for i in range(8)]  # 0.1 .. 3.2 s, no request after
+    tl = timeline(CFG, batch, interval_s=1.0)
+    assert [b["started"] for b in tl["buckets"]] == [8, 0, 0, 0]
+    assert min(b["in_flight"] for b in tl["buckets"][:3]) == pytest.approx(8.0, abs=1e-6)
+    assert tl["steady_state"] is None
+    assert "N prompts at concurrency N, has none" in STEADY_RULE
 
 
 def test_too_short_a_plateau_is_no_steady_state():
