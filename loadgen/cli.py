@@ -267,8 +267,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     num_prompts = args.num_prompts
     if num_prompts is None and args.duration is None and not replay:
         num_prompts = 1000
-    # NOTE: without --concurrency at rate inf, all --num-prompts streams open at once.
-    streams = args.concurrency or (num_prompts if math.isinf(args.request_rate) else None)
+    streams = args.concurrency
+    if streams is None and math.isinf(args.request_rate) and args.ramp_up_strategy is None and not replay:
+        streams = num_prompts  # NOTE: all --num-prompts streams open at once
     workers = auto_workers(streams) if args.workers == "auto" else args.workers
     max_response_bytes = args.max_response_bytes or default_max_response_bytes(streams, available_memory_bytes())
     _check_workload_flags(args)
