@@ -61,7 +61,8 @@ def test_test_setup_warns_and_goes_on_when_apt_is_locked(tmp_path):
 
 
 def test_page_tests_skip_naming_the_install_command_without_chromium(tmp_path):
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(ROOT)}
+    # NOTE: an empty PATH hides chromium; pytest and its tests start python by its full path.
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                            "tests/reportgen/test_render.py::test_page_renders_in_chromium_with_tables_and_flamegraphs",
                            "tests/loadgen/test_report_html.py::test_page_in_chromium_shows_every_plot"],
