@@ -140,6 +140,17 @@ def goodput_item(text: str) -> tuple[str, float]:
     return names[key.strip()], positive_float()(value)
 
 
+def percentile_metrics(text: str) -> tuple[str, ...]:
+    """vLLM's `--percentile-metrics`: metrics among ttft, tpot, itl, e2el (loadgen gives every one
+    its percentiles, so any of them is accepted; vLLM's client-queue metrics are not measured)."""
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in ("ttft", "tpot", "itl", "e2el")]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(map(repr, unknown))} not among ttft, "
+                                         "tpot, itl, e2el (the metrics loadgen measures)")
+    return names
+
+
 def run_slo(slo_flag: SLO, goodput_items: list[tuple[str, float]] | None) -> SLO:
     """The run's SLO: `--slo`, or vLLM's `--goodput` items (each key once); ValueError when a key
     repeats or both flags are given."""

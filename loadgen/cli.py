@@ -56,6 +56,7 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty",
                   "repetition_penalty")
 
 
+MIN_DEFAULT_RESPONSE_BYTES = 4 << 20
 USAGE_EPILOG = """\
 subcommands:
   loadgen compare A.json B.json ...   print saved runs side by side, with ratios (loadgen's --output
@@ -75,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The run parser (flag names follow SGLang's bench_serving where it has one)."""
     p = argparse.ArgumentParser(
         prog="loadgen", usage="%(prog)s [run flags]\n       %(prog)s compare A.json B.json ...\n"
-        "       %(prog)s report A.json ... --output report.html",
+        "       %(prog)s report A.json ... --output report.html\n"
+        "       %(prog)s sweep (--concurrency LIST | --request-rate LIST) [sweep flags] [run flags]",
         description="Load generator for OpenAI-compatible servers.", epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
@@ -90,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="open-loop arrival rate (req/s)")
     a("--burstiness", type=at.positive_float(allow_inf=True), default=_RC.burstiness,
       help="gamma shape: 1 Poisson, inf constant")
-    a("--num-prompts", type=pos_int, default=None, help="number of measured requests")
+    a("--num-prompts", type=pos_int, default=None,
+      help="number of measured requests; alone (no --concurrency, --request-rate inf) all are sent at once")
     a("--duration", type=at.positive_float(), default=None, help="seconds of sending new requests")
     a("--warmup", type=nonneg_int, default=0, help="requests sent first and left out of the statistics")
     a("--workers", type=at.workers, default="auto", help="worker processes: auto or a number")
@@ -99,10 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--stamps", choices=STAMP_SOURCES, default=_RC.stamps,
       help="event times from the kernel's receive stamps (default, lean transport on Linux) or the "
            "event loop's clock (loop); the results say which was used (stamp_source)")
-    a("--max-response-bytes", type=pos_int, default=_RC.max_response_bytes,
-      help="cut a response past this many bytes while reading it (error too_large). Memory is "
-      "bounded by --concurrency x this (plus the header cap): each stream in flight may hold "
-      "that much; loadgen warns at start when the product passes the memory available "
+    a("--max-response-bytes", type=pos_int, default=None,
+      help="cut a response past this many bytes while reading it (error too_large; default 64 MiB, "
+      "lowered so that the streams at once fit in half the memory available, to 4 MiB at least). "
+      "Memory is bounded by --concurrency x this (plus the header cap): each stream in flight may "
+      "hold that much; loadgen warns at start when the product passes the memory available "
       "(--request-rate without --concurrency bounds nothing)")
     a("--max-response-header-bytes", type=pos_int, default=_RC.max_response_header_bytes,
       help="cut a response whose head (1xx heads included) passes this many bytes (error bad_response)")
@@ -131,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--no-server-tokenize", action="store_true",
       help="without --tokenizer, estimate prompt lengths instead of calibrating them via /tokenize")
     a("--seed", type=nonneg_int, default=None, help="default 1 (sglang) or 0 (vllm)")
-    a("--percentiles", type=at.percentiles, default=_RC.percentiles, help="e.g. 50,90,99")
+    a("--percentiles", "--metric-percentiles", type=at.percentiles, default=_RC.percentiles,
+      help="e.g. 50,90,99 (--metric-percentiles: vLLM's name)")
     a("--slo", type=at.slo, default=SLO(), help="goodput bounds in ms: ttft=...,tpot=...,e2e=...")
     a("--output", type=at.writable_path, default=None, help="results JSON path")
     a("--records", type=at.writable_path, default=None, help="per-request JSONL path")
@@ -231,6 +236,9 @@ def _add_compat_flags(p: argparse.ArgumentParser) -> None:
     a("--logprobs", type=at.int_at_least(0), default=None, help="ask for N logprobs per token")
     a("--goodput", type=at.goodput_item, nargs="+", default=None, metavar="KEY:MS",
       help="vLLM's goodput bounds: ttft:MS tpot:MS e2el:MS (same as --slo)")
+    a("--percentile-metrics", type=at.percentile_metrics, default=None, metavar="LIST",
+      help="vLLM's: the metrics that get percentiles (ttft,tpot,itl,e2el); loadgen gives them all the "
+      "--percentiles (--metric-percentiles)")
     a("--random-prefix-len", type=at.int_at_least(0), default=0, help="a fixed random prefix of N tokens on every prompt")
     a("--custom-output-len", type=at.custom_output_len, default=256,
       help="custom dataset output length; -1: each line's output_tokens")
@@ -258,12 +266,16 @@ def _add_compat_flags(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig]:
     """The frozen configs from parsed flags (ValueError on an incompatible combination)."""
-    workers = auto_workers(args.concurrency) if args.workers == "auto" else args.workers
     replay = (args.dataset in TRACE_DATASETS and math.isinf(args.request_rate)
               and args.ramp_up_strategy is None)
     num_prompts = args.num_prompts
     if num_prompts is None and args.duration is None and not replay:
         num_prompts = 1000
+    streams = args.concurrency
+    if streams is None and math.isinf(args.request_rate) and args.ramp_up_strategy is None and not replay:
+        streams = num_prompts  # NOTE: all --num-prompts streams open at once
+    workers = auto_workers(streams) if args.workers == "auto" else args.workers
+    max_response_bytes = args.max_response_bytes or default_max_response_bytes(streams, available_memory_bytes())
     _check_workload_flags(args)
     convention = args.flags_from or "sglang"
     defaults = CONVENTION_DEFAULTS[convention]
@@ -277,7 +289,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
         extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
         stamps=args.stamps,
-        max_response_bytes=args.max_response_bytes,
+        max_response_bytes=max_response_bytes,
         max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
         seed=seed, percentiles=args.percentiles, slo=at.run_slo(args.slo, args.goodput),
         strict=args.strict, endpoint_path=args.endpoint, sampling=_sampling(args, backend),
@@ -377,6 +389,15 @@ def available_memory_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def default_max_response_bytes(streams: int | None, available: int | None) -> int:
+    """The per-response cap when --max-response-bytes is not given: 64 MiB, lowered so that
+    `streams` responses at that cap fit in half the memory available, but not under 4 MiB (a
+    floor for long streams; memory_note warns where even that does not fit)."""
+    if streams is None or available is None:
+        return RunConfig.max_response_bytes
+    return max(MIN_DEFAULT_RESPONSE_BYTES, min(RunConfig.max_response_bytes, available // 2 // streams))
 
 
 def memory_note(cfg: RunConfig, dcfg: DatasetConfig, available: int | None) -> str | None:
@@ -552,6 +573,8 @@ def _sweep(argv: list[str]) -> int:
     variable = "concurrency" if sargs.concurrency is not None else "request_rate"
     values = sargs.concurrency or sargs.request_rate
     setattr(args, variable, values[0])
+    if variable == "concurrency" and args.max_response_bytes is None:
+        args.max_response_bytes = default_max_response_bytes(max(values), available_memory_bytes())
     per_level = sargs.prompts_per_level
     if per_level is not None and args.num_prompts is None and args.duration is None:
         args.num_prompts = 1  # NOTE: then each point sends ceil(K x value) requests

@@ -74,17 +74,23 @@ def _serve(args: ServerArgs) -> int:
     launcher = Launcher(args)
     try:
         launcher.start()
-        print(f"reference_impl ready on http://{args.host}:{launcher.port} "
-              f"forms={args.hot_path_forms()}", flush=True)
+        print(ready_line(args, launcher.port), flush=True)
         launcher.wait()
     except ChildDied as exc:
         print(f"reference_impl: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    except (KeyboardInterrupt, SystemExit):
-        logger.warning("stopping")
+    except (KeyboardInterrupt, SystemExit) as stop:
+        # NOTE: a stop asked for (Ctrl-C, SIGTERM) is routine, not a warning.
+        logger.info("stopping (%s)", "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM")
     finally:
         launcher.stop()
     return 0
+
+
+def ready_line(args: ServerArgs, port: int) -> str:
+    """`reference_impl ready on http://HOST:PORT with forms H1 optimized, H2 legacy, ...`."""
+    forms = ", ".join(f"{hot_path} {form}" for hot_path, form in args.hot_path_forms().items())
+    return f"reference_impl ready on http://{args.host}:{port} with forms {forms}"
 
 
 class Launcher:

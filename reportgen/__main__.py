@@ -4,12 +4,20 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from reference_impl.placement import PLACEMENT_HELP, Placement
 from reportgen import output
-from reportgen.reproduction import REPORTS_DIR, SummaryError, load_summaries, table, update_readme
+from reportgen.reproduction import (
+    REPORTS_DIR,
+    SummaryError,
+    load_summaries,
+    table,
+    terminal_table,
+    update_readme,
+)
 from reportgen.runner import ReportError, run_scenario
 from reportgen.scenarios import SCENARIOS, SMALLEST_SCALE
 
@@ -40,6 +48,9 @@ def _build_parser() -> argparse.ArgumentParser:
     tab.add_argument("--reports-dir", type=Path, default=REPORTS_DIR)
     tab.add_argument("--update-readme", action="store_true",
                      help="also write the table into <reports-dir>/README.md between its markers")
+    tab.add_argument("--markdown", action="store_true",
+                     help="print the markdown table (rows of up to 2,500 characters), not the "
+                          "terminal view (one wrapped block per claim)")
     run = sub.add_parser("run", help="run one scenario and write its report")
     run.add_argument("scenario", choices=sorted(SCENARIOS))
     run.add_argument("--scale", type=_number(float, SMALLEST_SCALE, 1.0, "--scale"), default=1.0,
@@ -94,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "table":
         try:
-            text = table(load_summaries(args.reports_dir))
-            print(text, end="")
+            summaries = load_summaries(args.reports_dir)
+            text = table(summaries)
+            width = min(shutil.get_terminal_size().columns, 100)
+            print(text if args.markdown else terminal_table(summaries, width), end="")
             if args.update_readme and update_readme(args.reports_dir / "README.md", text):
                 print(f"updated {args.reports_dir / 'README.md'}", file=sys.stderr)
         except SummaryError as error:

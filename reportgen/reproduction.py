@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,18 +367,44 @@ def readme_table(readme: Path) -> str:
     return rest.partition(TABLE_END)[0].removeprefix("\n")
 
 
-def table(summaries: Summaries, why: dict[int, str] | None = None) -> str:
-    """The markdown reproduction table; a row reads "not run" when its report is missing."""
-    lines = ["| # | hot path | upstream claim | upstream setting | measured here | setting here | "
-             "ratio here | second setting here (2 cores) | why they differ |",
-             "|---|---|---|---|---|---|---|---|---|"]
+COLUMNS = ("#", "hot path", "upstream claim", "upstream setting", "measured here", "setting here",
+           "ratio here", "second setting here (2 cores)", "why they differ")
+
+
+def rows(summaries: Summaries, why: dict[int, str] | None = None) -> list[tuple[str, ...]]:
+    """Each claim's cells, in COLUMNS order; "not run" where its report is missing."""
+    out = []
     for i, claim in enumerate(CLAIMS, 1):
         measured, ratio = _measured(claim.measure, summaries)
         alt = ""
         if claim.measure_alt is not None:
             alt_measured, alt_ratio = _measured(claim.measure_alt, summaries)
             alt = f"{alt_measured} ({alt_ratio}); {claim.setting_alt}" if alt_ratio else alt_measured
-        note = (why or {}).get(i, claim.why)
-        lines.append(f"| {i} | {claim.hot_path} | {claim.claim} | {claim.upstream_setting} | {measured} | "
-                     f"{claim.setting_here} | {ratio} | {alt} | {note} |")
+        out.append((str(i), claim.hot_path, claim.claim, claim.upstream_setting, measured,
+                    claim.setting_here, ratio, alt, (why or {}).get(i, claim.why)))
+    return out
+
+
+def table(summaries: Summaries, why: dict[int, str] | None = None) -> str:
+    """The markdown reproduction table (reports/README.md's)."""
+    lines = [f"| {' | '.join(COLUMNS)} |", "|" + "---|" * len(COLUMNS)]
+    lines += [f"| {' | '.join(cells)} |" for cells in rows(summaries, why)]
     return "\n".join(lines) + "\n"
+
+
+def _unbold(text: str) -> str:
+    """Markdown's **mark** as [mark] (the stale/scratch marks) for a terminal."""
+    return re.sub(r"\*\*(.+?)\*\*", r"[\1]", text)
+
+
+def terminal_table(summaries: Summaries, width: int = 100) -> str:
+    """The same table for a terminal: one block per claim, each cell on its own wrapped lines."""
+    blocks = []
+    for number, hot_path, *cells in rows(summaries):
+        lines = [f"{number}. {hot_path}"]
+        for name, text in zip(COLUMNS[2:], cells, strict=True):
+            if text:
+                lines += textwrap.wrap(f"{name}: {_unbold(text)}", width, initial_indent="   ",
+                                       subsequent_indent="     ")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"

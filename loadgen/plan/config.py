@@ -123,8 +123,12 @@ class RunConfig:
             raise ValueError("concurrency must be >= 1")
         if self.request_rate <= 0:
             raise ValueError("request_rate must be > 0")
-        if self.concurrency is None and not self.is_rate_mode:
-            raise ValueError("give --concurrency, --request-rate or both")
+        if self.concurrency is None and not self.is_rate_mode and (self.num_prompts is None
+                                                                   or self.duration_s is not None):
+            # NOTE: --num-prompts N alone sends all N at once (vllm bench serve's --request-rate inf);
+            # --duration alone would open streams without end.
+            raise ValueError("give --concurrency, --request-rate or both (--num-prompts N alone "
+                             "sends all N at once)")
         if self.num_prompts is None and self.duration_s is None and not self.replay_trace:
             raise ValueError("give --num-prompts or --duration")
         if self.trace_speedup <= 0 or math.isinf(self.trace_speedup):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -27,11 +26,14 @@ class LivePanel:
             self.last = (elapsed_s, totals["chunks"])
         self.show(self.render(totals, elapsed_s, scraper.latest() if scraper is not None else None))
 
-    def eta_s(self, done: int, elapsed_s: float) -> float:
-        """Seconds left: what --duration leaves, else the pace so far over the requests left."""
+    def eta_s(self, done: int, elapsed_s: float) -> float | None:
+        """Seconds left: what --duration leaves, else the pace so far over the requests left; None
+        before the first request is done (no pace yet) or with no count to reach (a replayed trace)."""
         if self.cfg.duration_s is not None:
             return max(self.cfg.duration_s - elapsed_s, 0.0)
-        return (self.cfg.num_prompts - done) * elapsed_s / done if done else math.nan
+        if not done or self.cfg.num_prompts is None:
+            return None
+        return max(self.cfg.num_prompts - done, 0) * elapsed_s / done
 
     def render(self, totals: dict, elapsed_s: float, server: dict | None) -> Table:
         """One compact grid: client on the first line, the server's own gauges on the second."""
@@ -39,7 +41,7 @@ class LivePanel:
         grid.add_row("[b]client[/b]", f"in flight {totals['in_flight']:,}", f"done {totals['done']:,}",
                      f"errors {totals['errors']:,}", f"events/s {self.rate:,.0f}",
                      _ttft(totals.get("ttft_us") or []),
-                     f"elapsed {elapsed_s:.1f}s", f"ETA {self.eta_s(totals['done'], elapsed_s):.0f}s")
+                     f"elapsed {elapsed_s:.1f}s", _eta(self.eta_s(totals['done'], elapsed_s)))
         if server is not None:
             grid.add_row("[b]server[/b]", _gauge("running", server.get("running")),
                          _gauge("waiting", server.get("waiting")),
@@ -54,6 +56,10 @@ def _ttft(ttft_us: list[int]) -> str:
         return "TTFT -"
     p50, p99 = np.percentile(ttft_us, [50, 99]) / 1e3
     return f"TTFT p50 {p50:,.0f} ms  p99 {p99:,.0f} ms"
+
+
+def _eta(seconds: float | None) -> str:
+    return "ETA -" if seconds is None else f"ETA {seconds:.0f}s"
 
 
 def _gauge(name: str, value: float | None, percent: bool = False) -> str:

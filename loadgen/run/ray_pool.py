@@ -55,6 +55,7 @@ LIVE_TIMEOUT_S = 0.1
 ACTOR_THREADS = 4  # run, wait_ready, and the driver's short calls (clock, live, start, stop)
 WORKER_LOST = "worker_lost"
 _CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 class _Gate:
@@ -159,7 +160,7 @@ class RayCluster:
             kwargs.update(num_cpus=max(len(os.sched_getaffinity(0)), num_workers), include_dashboard=False)
         try:
             if self.is_owner:
-                with _loopback_only(is_local):
+                with _loopback_only(is_local), _without_token_auth_notice(is_local):
                     context = ray.init(**kwargs)
                 if is_local:
                     self.session_dir = context.address_info["session_dir"]
@@ -205,6 +206,22 @@ def _loopback_only(is_local: bool):
             os.environ.pop(_CLUSTERS_ENV, None)
         else:
             os.environ[_CLUSTERS_ENV] = saved[1]
+
+
+@contextlib.contextmanager
+def _without_token_auth_notice(is_local: bool):
+    """While a `local` cluster starts: without Ray's warning that it turned token authentication on
+    (its default for a new cluster; the auth stays on), noise for a throwaway loopback cluster."""
+    if not is_local:
+        yield
+        return
+    log = logging.getLogger(TOKEN_AUTH_LOGGER)
+    notice = lambda record: not record.getMessage().startswith("Token authentication is enabled")  # noqa: E731
+    log.addFilter(notice)
+    try:
+        yield
+    finally:
+        log.removeFilter(notice)
 
 
 def _remove_session(session_dir: str) -> None:

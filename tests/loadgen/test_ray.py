@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -259,3 +260,16 @@ def test_the_warm_up_stays_out_of_the_servers_window_on_ray_too(start_server):
     assert result.summary["completed"] == 12
     assert (sm["run"]["generation_tokens"], sm["run"]["ttft_count"]) == (96, 12)
     assert sm["window"] == "run"
+
+
+@pytest.mark.timeout(240)
+def test_a_local_cluster_run_prints_no_token_auth_warning(start_server):
+    server = start_server("--ttft-ms", "5", "--gap-ms", "2", "--num-tokens", "8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("RAY_AUTH_MODE", None)
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "--base-url", server.base_url, "--model", "m",
+                           "--concurrency", "4", "--num-prompts", "8", "--random-input-len", "8",
+                           "--random-output-len", "8", "--ray-address", "local", "--workers", "2",
+                           "--no-server-metrics", "--quiet"], capture_output=True, text=True, env=env, timeout=200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Token authentication" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr[-3000:]

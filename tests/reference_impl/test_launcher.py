@@ -64,6 +64,16 @@ def test_sigterm_stops_every_process():
     assert _wait_gone(kids) == []
 
 
+def test_ready_line_names_each_form_in_words_and_a_clean_sigterm_logs_no_warning(tmp_path):
+    log = tmp_path / "server.log"
+    srv = ServerProcess("--sim-profile", "zero", "--all-legacy", log_path=str(log)).wait_ready()
+    assert srv.stop() == 0
+    [ready] = [line for line in log.read_text().splitlines() if "ready on" in line]
+    assert ready == (f"reference_impl ready on http://127.0.0.1:{srv.port} with forms H1 legacy, H2 legacy, "
+                     "H3 legacy, H4 legacy, H5 off (no --enable-prefill-delayer), H6 legacy"), ready
+    assert "WARNING" not in log.read_text(), log.read_text()
+
+
 @pytest.mark.parametrize("victim", ["scheduler", "detokenizer"])
 def test_dead_child_ends_server_with_its_name(victim):
     srv = ServerProcess("--sim-profile", "zero").wait_ready()

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import resource
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from reportgen.scenarios import SCENARIOS, SMALLEST_SCALE
+from tests.chromium import chromium_runner
 
 # NOTE: tiny loads keep some processes busy for only tens of ms; 1 kHz sampling makes every
 # process's profile non-empty (reports themselves default to 100 Hz).
 TEST_RATE = 1000
-CHROMIUM_INSTALL = "apt-get update && apt-get install -y chromium"
 
 
 def torch_engine_listed() -> bool:
@@ -47,11 +47,6 @@ def report(request, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def chromium() -> str:
-    """The headless Chromium binary; a failure (not a skip) when it is missing."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail(f"Chromium is required for the report page test; install it with `{CHROMIUM_INSTALL}` "
-                "(scripts/setup.sh does this when it is missing)")
+def chromium() -> Callable[..., subprocess.CompletedProcess]:
+    """chromium(profile_dir, *args): headless Chromium run to its end; a skip when it is missing."""
+    return chromium_runner()

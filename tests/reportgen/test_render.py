@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from reportgen.render import fmt, fmt_ratio
-
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run")
-
-
-def _chromium(binary: str, profile_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}", *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("value, text", [(None, "–"), (20, "20"), (1234.0, "1,234"), (1234.5, "1,234"),
@@ -29,13 +20,13 @@ def test_fmt_ratio():
     assert fmt_ratio(1.5) == "1.50x" and fmt_ratio(None) == ""
 
 
-def test_page_renders_in_chromium_with_tables_and_flamegraphs(report: Path, chromium: str, tmp_path):
+def test_page_renders_in_chromium_with_tables_and_flamegraphs(chromium, report: Path, tmp_path):
     page = (report / "index.html").as_uri()
     shot = tmp_path / "page.png"
-    proc = _chromium(chromium, tmp_path / "profile", "--window-size=1300,2400", f"--screenshot={shot}", page)
+    proc = chromium(tmp_path / "profile", "--window-size=1300,2400", f"--screenshot={shot}", page)
     assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", proc.stderr[-2000:]
     assert shot.stat().st_size > 10_000
-    dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", page).stdout
+    dom = chromium(tmp_path / "profile", "--dump-dom", page).stdout
     assert dom.count("<table") >= 5  # loadgen, server, top functions x3, machine
     assert re.search(r'<svg class="flamegraph"[^>]*>.*?<rect ', dom, re.S), "no flamegraph in the DOM"
     assert "Top functions by own time" in dom

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -117,3 +118,17 @@ def test_the_readme_table_is_replaced_between_its_markers(tmp_path):
     readme.write_text("no markers")
     with pytest.raises(SummaryError, match="markers"):
         update_readme(readme, "x")
+
+
+def test_table_in_a_terminal_is_one_wrapped_block_per_claim_and_markdown_on_request(tmp_path):
+    (tmp_path / "storm").mkdir()
+    (tmp_path / "storm" / "summary.json").write_text(json.dumps(_storm(100.0, 140.0)))
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = run_cli("table", "--reports-dir", str(tmp_path), env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "|" not in shown.stdout, max(lines, key=len)
+    assert lines[0] == "1. H1+H2" and "   ratio here: 1.40x (all); 1.40x (H1); 1.00x (H2)" in lines
+    assert sum(line[:1].isdigit() for line in lines) == len(CLAIMS)
+    markdown = run_cli("table", "--reports-dir", str(tmp_path), "--markdown", timeout=120)
+    assert markdown.stdout == table(load_summaries(tmp_path))
