@@ -125,9 +125,13 @@ def _reconciliation_rows(table: Table, rec: dict | None) -> None:
         else "counted as token events"
     table.add_row("    empty-text events", f"{empty:,} ({fate})" if empty else "0")
     source = rec["several_token_events_from"]
-    table.add_row("    events with several tokens",
-                  f"{rec['several_token_extra']:,} tokens past one per event (from {source})" if source
-                  else "unknown (one token per event counted; --continuous-usage or --tokenizer tell)")
+    if source:
+        several = f"{rec['several_token_extra']:,} tokens past one per event (from {source})"
+    elif rec["usage_minus_client"] == 0:
+        several = "none missing (one token per event counted, as many as the usage)"
+    else:
+        several = "unknown (one token per event counted; --continuous-usage or --tokenizer tell)"
+    table.add_row("    events with several tokens", several)
     table.add_row("    lost or never sent", f"{rec['lost_or_unsent']:,}")
 
 

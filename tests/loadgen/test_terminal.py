@@ -49,6 +49,8 @@ def test_the_headline_block_comes_first_at_one_width_with_one_number_format(star
     assert "median" not in text and BARE_THOUSANDS.search(text) is None, BARE_THOUSANDS.search(text)
     assert "Input tokens as built" in text and re.search(r"Input tokens as built +\d{1,3}(,\d{3})+\b", text)
     assert max(len(line.rstrip()) for line in lines) <= 100
+    # Usage and the client's count agree: nothing is "unknown" about tokens nobody is missing.
+    assert re.search(r"events with several tokens +none missing", text), text
 
 
 def test_no_label_wraps_at_100_columns(start_server):
