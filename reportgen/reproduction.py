@@ -232,20 +232,22 @@ WHY = {
        "group of 16 consumers right after their outputs are queued rather than 2048 at once. "
        "The HTTP process is the limit, so less CPU per token is more tokens per second. loadgen "
        "no longer flags these runs (kernel receive stamps; see the README, \"The main job\"). "
-       "The ratio depends on the client: with loadgen's earlier transport it was 1.40-1.64x, "
-       "and the legacy forms' streams finished together; with its socket transport (2026-11-27) "
-       "about 900 of all-legacy's 2048 streams finish in a first wave and the rest later, at "
-       "lower ITL and higher throughput (cause not found). Under upstream's opt-in msgpack IPC "
+       "The ratio moves from run to run: with loadgen's earlier transport it was 1.40-1.64x; "
+       "with its socket transport 1.24x, 1.34x and 1.53x in three runs on 2026-11-27 (this report "
+       "the last). The legacy forms' streams do not finish together (about 1,000 of "
+       "all-legacy's 2048 in a first wave in some runs, a 4-s tail in others; cause not found). "
+       "Under upstream's opt-in msgpack IPC "
        "(second column, SGLANG_USE_PICKLE_IPC=0) the receive loop does not yield while a backlog "
        "lasts: immediate wake-ups let legacy consumers find several outputs queued and send them "
        "as one chunk (more tokens per chunk), which cuts the per-chunk cost; batched wake-ups "
-       "stop that coalescing. With the earlier client that made H1 cost throughput (0.63x); with "
-       "the socket transport the optimized forms lead there too.",
-    2: "With the earlier client this held (TPOT 92.0 -> 63.5 ms, 2026-11-26). In the 2026-11-27 "
-       "report it does not in the default regime: all-legacy's first wave of streams runs at a "
-       "low TPOT and ITL while the rest wait (their wait is in TTFT), so its per-token latencies "
-       "are those of fewer streams at a time. In the no-yield regime legacy's coalesced chunks "
-       "give a low TPOT and a high ITL, and the optimized forms a lower ITL.",
+       "stop that coalescing. With the earlier client that made H1 cost throughput (0.63x); in "
+       "this report all-optimized gives 1.10x there, and H1 alone (immediate wake-ups, H2 "
+       "optimized) the most.",
+    2: "Holds in this report's default regime, and moves from run to run with how all-legacy's "
+       "streams spread: it held on 2026-11-26 (TPOT 92.0 -> 63.5 ms) and not in the report of "
+       "2026-11-27 06:00 (TPOT 2.25x), where about 900 of all-legacy's streams ran in a first wave "
+       "at a low TPOT while the rest waited (their wait is in TTFT). In the no-yield regime "
+       "legacy's coalesced chunks (2.19 tokens each) give it the lower TPOT and ITL.",
     12: "Where the model's step, not the HTTP process, sets the pace (a decode node modelled as "
         "one H100 with an 8B model, 70 ms a step at 2048 sequences; second column: one modelled "
         "H100 doing prefill and decode), every form gives the same throughput; the optimized "
@@ -259,8 +261,10 @@ WHY = {
        "legacy's slope is only a little above 1: at these lengths the quadratic copy is a small "
        "share of the HTTP process's per-chunk work.",
     4: "Holds: legacy default streaming is slower than incremental by about upstream's factor "
-       "(first ratio; upstream's 2.3x is before its fix). After the fix what is left (second "
-       "ratio) is the cumulative id list and one final copy.",
+       "(first ratio; upstream's 2.3x is before its fix). After the fix (second ratio) default "
+       "streaming is on par with incremental: what is left is the cumulative id list and one "
+       "final copy, and this ratio moves from run to run more than any other (0.78x to 1.34x "
+       "in the reports so far).",
     5: "Holds in direction (H3 alone; upstream +82.6% with a real model's steps between "
        "outputs). TTFT here is short in every form because the HTTP process has its own core and "
        "16 streams start at once (upstream's 70 s TTFT came from 400 requests queueing behind a "
@@ -282,8 +286,9 @@ WHY = {
         "form (upstream's best 1.16x at conc 16 was at ratio 0.4, 1.05x at 0.1). At conc 64 and "
         "128 the trigger has a threshold of 1 or more per rank. On one rank (second column) the "
         "trigger only costs: there is no collapse to recover.",
-    11: "No end-to-end effect at these lengths: one run per form, and the two differ by less "
-        "than repeats of one form do here (up to 15%). The tracker's O(n) copy per chunk is a small "
+    11: "No end-to-end effect shown at these lengths: one run per form, and the two differ about "
+        "as repeats of one form do here (16% faster in this report, 6% slower in the one before). "
+        "The tracker's O(n) copy per chunk is a small "
         "share of the HTTP process's per-chunk work up to 16K tokens; its growth shows in the "
         "serving-layer benchmark (the H3 growth row, where legacy is copy + concat).",
 }
