@@ -31,7 +31,12 @@ from reference_impl.engine.torch_engine.kv_cache import (
     ReqToTokenPool,
     SlotAllocator,
 )
-from reference_impl.engine.torch_engine.sampling import SamplingBatch, request_rng, sample
+from reference_impl.engine.torch_engine.sampling import (
+    SamplingBatch,
+    blocked_ids_mask,
+    request_rng,
+    sample,
+)
 from reference_impl.engine.torch_engine.weights import load_model
 from reference_impl.scheduler.request import Req
 from reference_impl.scheduler.token_storage import TokenStorage
@@ -80,6 +85,7 @@ class TorchEngine(Engine):
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id >= self.config.vocab_size:
             raise ValueError(f"the tokenizer's EOS id {tokenizer.eos_token_id} is outside the "
                              f"model's vocabulary ({self.config.vocab_size}); pass --tokenizer-path")
+        self._blocked_ids = blocked_ids_mask(tokenizer, self.config.vocab_size, self.device)
         self.model.attn_backend = make_backend(args.attention_backend, self.device)
         num_slots = kv_pool_tokens(args, self.model, self.dtype, self.device)
         self.kv_cache = KVCache(self.config, num_slots, self.dtype, self.device)
@@ -101,8 +107,11 @@ class TorchEngine(Engine):
             self._graphs.capture_all()
         logger.info("KV cache: %d tokens fit; %s", num_slots, self.memory_report())
 
+    @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> list[int]:
         logits = self.compute_logits(batch.reqs)
+        if self._blocked_ids is not None:
+            logits.masked_fill_(self._blocked_ids, float("-inf"))
         params = [r.sampling for r in batch.reqs]
         rngs = [self._reqs[r.rid].rng for r in batch.reqs]
         sampling = SamplingBatch.build(params, rngs, self.config.vocab_size, self.device)
@@ -201,10 +210,13 @@ def kv_pool_tokens(args: ServerArgs, model: torch.nn.Module, dtype: torch.dtype,
     if args.max_total_tokens:
         return args.max_total_tokens
     if device.type == "cuda":
+        torch.cuda.empty_cache()  # what loading left in the caching allocator counts as free
         free, total = torch.cuda.mem_get_info(device)
         table_bytes = 4 * args.max_running_requests * args.context_length  # the req_to_token table
         fraction = args.mem_fraction_static or CUDA_DEFAULT_MEM_FRACTION
         budget = free - total * (1 - fraction) - table_bytes
+        logger.info("KV pool budget: %.2f GiB (%.2f GiB free of %.2f GiB, fraction %.2f)",
+                    budget / 2**30, free / 2**30, total / 2**30, fraction)
     elif args.mem_fraction_static:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         budget = total * args.mem_fraction_static - sum(p.nbytes for p in model.parameters())

@@ -23,6 +23,11 @@ SHAPES = {
                              num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
                              head_dim=64, max_position_embeddings=8192, rms_norm_eps=1e-5,
                              rope_theta=500000.0, tie_word_embeddings=True),
+    # Llama 3's vocabulary on a toy body: the 128K-id output layer and sampling, on a CPU
+    "llama3-tiny": ModelConfig(vocab_size=128256, hidden_size=64, intermediate_size=128,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                               head_dim=16, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                               rope_theta=500000.0, tie_word_embeddings=True),
 }
 
 

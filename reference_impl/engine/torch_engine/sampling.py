@@ -12,6 +12,7 @@ vocabulary only if those do not hold a row's top-p mass).
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.messages import SamplingParams
+from reference_impl.tokenizer import Tokenizer
+
+logger = logging.getLogger("reference_impl.engine.torch")
 
 TOP_P_CANDIDATES = 1024
 
@@ -59,6 +63,21 @@ class SamplingBatch:
             is_all_greedy=is_all_greedy,
             num_candidates=min(vocab_size, max(widths, default=0)),
         )
+
+
+def blocked_ids_mask(tokenizer: Tokenizer, vocab_size: int,
+                     device: torch.device) -> torch.Tensor | None:
+    """(vocab,) bool, True at the model's ids past the tokenizer's (their logits become -inf
+    before sampling, so every sampled id decodes); None when the two vocabularies are one.
+    ValueError when the tokenizer has ids past the model's (prompts the embedding cannot read)."""
+    if tokenizer.vocab_size > vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the model's vocabulary "
+                         f"only {vocab_size}: pass the model's own --tokenizer-path")
+    if tokenizer.vocab_size == vocab_size:
+        return None
+    logger.info("sampling restricted to the %d ids the tokenizer decodes, of the model's %d "
+                "(the output layer still computes all of them)", tokenizer.vocab_size, vocab_size)
+    return torch.arange(vocab_size, device=device) >= tokenizer.vocab_size
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:

@@ -31,8 +31,10 @@ def load_model(model_path: str | Path | None, device: torch.device,
     """The model at ``model_path`` (None: the embedded default), on ``device`` in ``dtype``."""
     config = embedded_config() if model_path is None else ModelConfig.from_pretrained(model_path)
     with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    model.to_empty(device=device).to(dtype)
+        model = LlamaForCausalLM(config).to(dtype)
+    # NOTE: made in ``dtype`` on the device: no float32 copy (32 GB at 8B) that the caching
+    # allocator would keep and the KV pool's sizing would not count as free.
+    model.to_empty(device=device)
     # NOTE: the rotary buffer is not a weight and stays float32 whatever the model's dtype.
     model.model.rotary_emb.inv_freq = rope_inv_freq(config).to(device)
     if model_path is None:
