@@ -52,15 +52,13 @@ def _reference(q, keys, values, prefix_len):
     return out.transpose(0, 1)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"h{s[0]}kv{s[1]}d{s[2]}")
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("backend_name", list(BACKENDS))
-def test_backend_matches_sdpa_reference(backend_name, case, shape):
-    backend, device = BACKENDS[backend_name]()
+def _attention_case(case, shape, device, dtype=torch.float32):
+    """Scattered K/V of CASES[case] in a slot cache, as ``backend.forward`` takes them, and the
+    dense per-request K/V and queries for the reference; all in ``dtype``."""
     heads, kv_heads, head_dim = shape
     rows = CASES[case]
     gen = torch.Generator().manual_seed(hash((case, shape)) % 1000)
-    k_cache = torch.zeros(NUM_SLOTS + 1, kv_heads, head_dim)
+    k_cache = torch.zeros(NUM_SLOTS + 1, kv_heads, head_dim, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
     width = max(p + n for p, n in rows) + 8
     req_to_token = torch.full((len(rows) + 2, width), NUM_SLOTS, dtype=torch.int32)
@@ -71,24 +69,52 @@ def test_backend_matches_sdpa_reference(backend_name, case, shape):
         slots = free[used:used + seq_len]
         used += seq_len
         req_to_token[i + 2, :seq_len] = slots.int()  # rows 0, 1 unused: the row is not the index
-        kv = torch.randn(2, seq_len, kv_heads, head_dim, generator=gen)
+        kv = torch.randn(2, seq_len, kv_heads, head_dim, generator=gen).to(dtype)
         k_cache[slots[:prefix]], v_cache[slots[:prefix]] = kv[0, :prefix], kv[1, :prefix]
         dense.append(kv)
-        qs.append(torch.randn(n, heads, head_dim, generator=gen))
+        qs.append(torch.randn(n, heads, head_dim, generator=gen).to(dtype))
     k_cache, v_cache, req_to_token = k_cache.to(device), v_cache.to(device), req_to_token.to(device)
     meta = build_metadata(req_to_token, np.arange(2, len(rows) + 2),
                           np.array([p + n for p, n in rows]), np.array([n for _, n in rows]))
+    new_k = torch.cat([kv[0, p:] for kv, (p, _) in zip(dense, rows, strict=True)]).to(device)
+    new_v = torch.cat([kv[1, p:] for kv, (p, _) in zip(dense, rows, strict=True)]).to(device)
+    inputs = (torch.cat(qs).to(device), new_k, new_v, k_cache, v_cache, meta, SCALE)
+    return inputs, req_to_token, dense, qs
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"h{s[0]}kv{s[1]}d{s[2]}")
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("backend_name", list(BACKENDS))
+def test_backend_matches_sdpa_reference(backend_name, case, shape):
+    backend, device = BACKENDS[backend_name]()
+    rows = CASES[case]
+    inputs, req_to_token, dense, qs = _attention_case(case, shape, device)
+    _, _, _, k_cache, v_cache, meta, _ = inputs
     assert meta.is_decode == (case == "decode")
-    new_k = torch.cat([kv[0, p:] for kv, (p, _) in zip(dense, rows, strict=True)])
-    new_v = torch.cat([kv[1, p:] for kv, (p, _) in zip(dense, rows, strict=True)])
-    out = backend.forward(torch.cat(qs).to(device), new_k.to(device), new_v.to(device), k_cache,
-                          v_cache, meta, SCALE).cpu()
+    out = backend.forward(*inputs).cpu()
     expected = torch.cat([_reference(q, kv[0], kv[1], p)
                           for q, kv, (p, _) in zip(qs, dense, rows, strict=True)])
     torch.testing.assert_close(out, expected.flatten(1), rtol=1e-5, atol=1e-5)
     for kv, (p, n), i in zip(dense, rows, range(2, len(rows) + 2), strict=True):
         slots = req_to_token[i, :p + n].long()
         assert torch.equal(k_cache[slots].cpu(), kv[0]) and torch.equal(v_cache[slots].cpu(), kv[1])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_triton_matches_the_torch_fallback_in_half_precision(dtype, case):
+    """bf16 on a GPU only (Triton's CPU interpreter computes bf16 ``tl.dot`` wrongly); fp16 on
+    either, under the interpreter here. Both backends run the same half-precision inputs."""
+    backend, device = _triton_backend()
+    if dtype == torch.bfloat16 and device.type != "cuda":
+        pytest.skip("bf16 Triton needs a GPU: the CPU interpreter's bf16 dot is not exact")
+    shape = SHAPES[0]
+    inputs, *_ = _attention_case(case, shape, device, dtype)
+    out = backend.forward(*inputs)
+    fallback, *_ = _attention_case(case, shape, device, dtype)
+    expected = TorchNativeBackend().forward(*fallback)
+    assert out.dtype == expected.dtype == dtype
+    torch.testing.assert_close(out.float(), expected.float(), rtol=3e-2, atol=3e-2)
 
 
 def test_metadata_positions_and_logits_rows_are_derived_on_the_device():

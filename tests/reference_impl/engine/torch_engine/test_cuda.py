@@ -1,6 +1,7 @@
 """CUDA only (skipped elsewhere): bf16 and Triton by default, decode graphs captured at start-up
 for every batch size, graph replay gives the eager logits at any KV width, the Triton backend
-gives the torch fallback's logits, and a 100K-token prompt prefills in chunks within memory."""
+gives the torch fallback's logits in fp32 and bf16, and a 100K-token prompt prefills in chunks
+within memory."""
 
 from __future__ import annotations
 
@@ -53,10 +54,13 @@ def test_graph_decode_matches_eager_decode(batch_size, prompt_len):
     torch.testing.assert_close(graphed, eager, rtol=1e-4, atol=1e-4)
 
 
-def test_triton_backend_matches_the_torch_fallback():
-    triton_logits = _decode_run(_engine(dtype="float32"), 5, 600, 3)
-    torch_logits = _decode_run(_engine(dtype="float32", attention_backend="torch_native"), 5, 600, 3)
-    torch.testing.assert_close(triton_logits, torch_logits, rtol=1e-3, atol=1e-3)
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-3), ("bfloat16", 3e-2)])
+def test_triton_backend_matches_the_torch_fallback(dtype, tol):
+    """In bf16 too, the serving dtype: a bf16-only kernel bug would otherwise pass for the
+    random model's random tokens (the CPU interpreter cannot check bf16)."""
+    triton_logits = _decode_run(_engine(dtype=dtype), 5, 600, 3)
+    torch_logits = _decode_run(_engine(dtype=dtype, attention_backend="torch_native"), 5, 600, 3)
+    torch.testing.assert_close(triton_logits, torch_logits, rtol=tol, atol=tol)
 
 
 def test_100k_token_prompt_prefills_in_chunks_within_memory():
