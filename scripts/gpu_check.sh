@@ -138,13 +138,13 @@ run_phase() {
   local phase=$1 limit start rc elapsed note
   local -n own_limit="${phase^^}_TIMEOUT_S"
   limit=$((BUDGET_END - $(date +%s)))
-  ((limit > own_limit)) && limit=$own_limit
   if ((limit < MIN_PHASE_S)); then
     echo "== $phase: SKIPPED, ${limit}s of the ${BUDGET_S}s budget left"
     printf '%s\t%s\t%s\t%s\n' "$phase" skipped 0 "budget spent" >> "$RESULTS/phases.tsv"
     STATUS=1
     return
   fi
+  ((limit > own_limit)) && limit=$own_limit
   start=$(date +%s)
   PHASE_DEADLINE=$((start + limit)) timeout -k 10 "$limit" "$SELF" --phase "$phase"
   rc=$?
