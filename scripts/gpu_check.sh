@@ -10,7 +10,8 @@
 # 480 s); a phase that fails or times out is recorded and the next one still runs. As each phase
 # ends, its line (phase, exit status, seconds) is appended to phases.tsv. Results go to $OUT (the
 # device tool's folder) or ./gpu_check_out: phases.tsv, pytest.log, engine.json, server.log,
-# loadgen.json. Exit status: 0 when every phase passed, 1 when one failed, 2 for bad usage.
+# loadgen.json. Exit status: 0 when every phase passed, 1 when one failed or was skipped, 2 for
+# bad usage or missing packages.
 set -uo pipefail  # NOTE: no -e: a phase's failure is recorded and the next phase still runs
 cd "$(dirname "$0")/.."
 SELF="$PWD/scripts/gpu_check.sh"
