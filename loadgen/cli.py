@@ -20,6 +20,7 @@ from loadgen import argtypes as at
 from loadgen.measure.workload import command_line
 from loadgen.plan.config import (
     BACKEND_ALIASES,
+    CONVENTIONS,
     DATASETS,
     RAY_STRATEGIES,
     SERVER_METRICS_INTERVAL_RANGE_S,
@@ -28,15 +29,17 @@ from loadgen.plan.config import (
     TOKEN_EVENT_RULES,
     TRACE_DATASETS,
     TRANSPORTS,
+    DatasetConfig,
     RayConfig,
     RunConfig,
     auto_workers,
 )
-from loadgen.plan.datasets import CONVENTIONS, DatasetConfig, length_range, upstream_prompts
+from loadgen.plan.datasets import upstream_prompts
+from loadgen.plan.texts import length_range
+from loadgen.report.compare import compare
 from loadgen.report.live import LivePanel
 from loadgen.report.records_csv import write_csv
 from loadgen.report.results import (
-    compare,
     result_dict,
     save_result,
     write_json,

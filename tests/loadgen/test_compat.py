@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from loadgen.cli import build_parser, config_from_args, convention_note, main
-from loadgen.plan.datasets import DatasetConfig, build_prompts, length_range, sample_lengths
+from loadgen.plan.datasets import DatasetConfig, build_prompts
+from loadgen.plan.texts import length_range, sample_lengths
 
 
 def _parse(*flags: str):
