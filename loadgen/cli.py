@@ -21,7 +21,7 @@ from loadgen import argtypes as at
 from loadgen.flags import available_memory_bytes, convention_note, memory_note, prompts_note
 from loadgen.measure.workload import command_line
 from loadgen.plan.config import RunConfig
-from loadgen.report.compare import compare
+from loadgen.report.compare import check_bounds, compare
 from loadgen.report.live import LivePanel
 from loadgen.report.results import write_json
 from loadgen.report.runfile import load_files
@@ -80,13 +80,22 @@ def _compare(argv: list[str]) -> int:
                                 "--output files, vllm bench serve --save-result files, SGLang bench_serving "
                                 "--output-file files.")
     p.add_argument("paths", nargs="+", metavar="RUN.json")
+    p.add_argument("--fail-on", type=at.bound, action="append", default=[], metavar="METRIC=+N%",
+                   help="a baseline gate: exit 1 when a run's METRIC (a results JSON key) moved past N%% "
+                   "of the first run's: +N%% a rise (latency), -N%% a fall (throughput); repeatable")
+    p.epilog = "exit codes: 0 done (every --fail-on bound held); 1 a --fail-on bound was passed; 2 bad input."
     args = p.parse_args(argv)
+    if args.fail_on and len(args.paths) < 2:
+        p.error("--fail-on needs the baseline and at least one run")
     try:
         compare(args.paths)
+        checks = check_bounds(args.paths, args.fail_on)
     except ValueError as exc:
         print(f"loadgen compare: {exc}", file=sys.stderr)
         return 2
-    return 0
+    for line, _ in checks:
+        print(f"loadgen compare: {line}")
+    return 1 if any(failed for _, failed in checks) else 0
 
 
 def _report(argv: list[str]) -> int:

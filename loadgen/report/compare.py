@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass
+
 from rich.console import Console
 from rich.table import Table
 
@@ -51,3 +55,60 @@ def _compare_cell(run: dict, base: dict, key: str, notes: peers.Notes) -> str:
     if run is not base and isinstance(v, int | float) and not isinstance(v, bool) and b:
         text += f" ({v / b:.2f}x)"
     return text + notes.ref(peers.note_for(run, key))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """`--fail-on METRIC=+10%`: fail when METRIC rose more than 10% over the baseline's (a latency);
+    `METRIC=-5%`: when it fell more than 5% (a throughput)."""
+
+    metric: str
+    change_pct: float
+
+    @classmethod
+    def parse(cls, text: str) -> Bound:
+        """`METRIC=+N%` or `METRIC=-N%`; ValueError otherwise."""
+        match = re.fullmatch(r"\s*([\w.]+)\s*=\s*([+-])\s*(\d+(?:\.\d+)?)\s*%\s*", text)
+        if match is None:
+            raise ValueError(f"{text!r}: expected METRIC=+N% (fail when it rises more) or METRIC=-N% "
+                             "(when it falls more), e.g. p99_ttft_ms=+10%")
+        metric, sign, pct = match.groups()
+        return cls(metric, float(pct) if sign == "+" else -float(pct))
+
+    def change(self, value: float, base: float) -> float:
+        """The change of `value` over `base`, in percent (inf where the base is 0 and value is not)."""
+        if base == 0:
+            return 0.0 if value == 0 else math.copysign(math.inf, value)
+        return (value - base) / abs(base) * 100
+
+    def passed(self, change_pct: float) -> bool:
+        """Whether a change of `change_pct` passes the bound (a move the bound does not watch passes)."""
+        return change_pct > self.change_pct if self.change_pct >= 0 else change_pct < self.change_pct
+
+    def __str__(self) -> str:
+        return f"{self.metric}={self.change_pct:+g}%"
+
+
+def check_bounds(paths: list[str], bounds: list[Bound]) -> list[tuple[str, bool]]:
+    """Each later run in `paths` against the first (the baseline) under each bound: a line saying
+    the values, the change and the verdict, and whether the bound was passed. ValueError for a
+    sweep or a run lacking the metric."""
+    names, runs = load_files(paths, plots=False)
+    if runs[0].get("kind") == "sweep":
+        raise ValueError("--fail-on compares single runs, not sweeps")
+    lines = []
+    for name, run in zip(names[1:], runs[1:], strict=True):
+        for bound in bounds:
+            value, base = _metric(run, name, bound.metric), _metric(runs[0], names[0], bound.metric)
+            change = bound.change(value, base)
+            failed = bound.passed(change)
+            lines.append((f"{name}: {bound.metric} {fmt(value)} vs {fmt(base)} in {names[0]}: {change:+.1f}% "
+                          f"(fail past {bound.change_pct:+g}%): {'FAIL' if failed else 'ok'}", failed))
+    return lines
+
+
+def _metric(run: dict, name: str, metric: str) -> float:
+    value = run.get(metric)
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        raise ValueError(f"{name} has no number under {metric!r} (a key of its results JSON, e.g. p99_ttft_ms)")
+    return value
