@@ -118,8 +118,11 @@ def _report(argv: list[str]) -> int:
     if args.label is not None and len(args.label) != len(runs):
         held = f" holding {len(runs)} runs" if len(runs) != len(args.paths) else ""
         p.error(f"--label given {len(args.label)} times for {len(args.paths)} files{held}")
-    from loadgen.report.html import default_label, render  # NOTE: matplotlib only when asked for
-    from loadgen.report.sweep_html import render_sweeps
+    try:  # NOTE: matplotlib only when asked for: the base install has none
+        from loadgen.report.html import default_label, render
+        from loadgen.report.sweep_html import render_sweeps
+    except ImportError as exc:
+        p.error(f"the page's plots need matplotlib ({exc}): pip install 'serving-hotpaths[plot]'")
 
     labels = args.label or [default_label(run, name) for run, name in zip(runs, names, strict=True)]
     page = render_sweeps(runs, labels) if runs[0].get("kind") == "sweep" else render(runs, labels)

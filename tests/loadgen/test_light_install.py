@@ -80,3 +80,13 @@ def test_every_distribution_loadgen_imports_comes_with_the_base_install():
     missing = {m: by_module.get(m) for m in third_party
                if not {_name(d) for d in by_module.get(m, [m])} & installed}
     assert not missing, f"imported by loadgen but not installed by its base dependencies: {missing}"
+
+
+def test_report_without_matplotlib_names_the_extra_in_one_line(tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None; from loadgen.cli import main; "
+            f"sys.exit(main(['report', {str(ROOT / 'tests/loadgen/baselines/scripted-ttft50.json')!r}, "
+            f"'--output', {str(tmp_path / 'r.html')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "pip install 'serving-hotpaths[plot]'" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "r.html").exists()
