@@ -23,8 +23,8 @@ from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.measure.server_metrics import Scraper, server_vs_client
 from loadgen.measure.timeline import cdf, timeline
-from loadgen.plan.config import RayConfig, RunConfig
-from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts, upstream_prompts
+from loadgen.plan.config import DatasetConfig, RayConfig, RunConfig
+from loadgen.plan.datasets import build_prompts, upstream_prompts
 from loadgen.plan.lengths import (
     SOURCE_ESTIMATE,
     SOURCE_FILE,
@@ -41,6 +41,7 @@ from loadgen.plan.lengths import (
 )
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
 from loadgen.plan.sessions import Session, build_sessions
+from loadgen.plan.texts import Prompt
 from loadgen.plan.upstream import PROMPTS_FROM
 from loadgen.run.client import request_body
 from loadgen.run.pool import STOP_GRACE_S, SetupError, live_totals
