@@ -2,7 +2,7 @@
 
     python -m benchmarks.gate flagged LOG            # the benchmarks LOG flags as slower, as a regex
     python -m benchmarks.gate verdict BASE HEAD counts=STATUS wall=STATUS [--log counts=LOG ...]
-                                      [--results DIR]
+                                      [--results DIR] [--summary FILE]
     python -m benchmarks.gate ratio LOG [--match RE] # the largest ratio in LOG's table, and its benchmark
     python -m benchmarks.gate exact RESULTS_DIR BASE HEAD [--match RE]  # exact ratios, stored results
 
@@ -17,7 +17,9 @@ benchmark's name as the gate's table prints it; N the most it may be slower, in 
 gate passes only if every benchmark it flagged is named by a tag of that gate within its bound.
 Only trailers count (the message's last paragraph, as ``git interpret-trailers`` reads it), so a
 tag quoted in a body (a squash merge's list of commits) accepts nothing. A trailer that breaks the
-syntax is an error (exit 2), so a typo never passes. This file only uses the standard library:
+syntax is an error (exit 2), so a typo never passes. ``verdict --summary FILE`` also appends a
+Markdown summary to FILE (a CI's ``$GITHUB_STEP_SUMMARY``): per gate its verdict, the benchmarks
+that moved with their ratios, and the tags that accepted. This file only uses the standard library:
 ``scripts/asv_ci.sh`` runs it as it is at BASE, from a temporary folder.
 """
 
@@ -108,10 +110,50 @@ def allowed_ratio(accepts: list[Accept], gate: str, name: str) -> float | None:
 
 def _rows(log: str):
     """(change mark, ratio cell, benchmark) of each row of an ``asv continuous --split`` table."""
+    for cells in _table(log):
+        yield cells[0], cells[3], cells[4]
+
+
+def _table(log: str):
+    """The cells (change, before, after, ratio, benchmark) of each row of an asv table."""
     for line in log.splitlines():
         cells = line.split("|")
-        if len(cells) > 5:
-            yield cells[1].strip(), cells[4].strip(), cells[5].strip()
+        row = [cell.strip() for cell in cells[1:6]]
+        if len(cells) > 5 and not all(set(cell) <= {"-"} and cell for cell in row):
+            yield row
+
+
+def moved(log: str) -> list[list[str]]:
+    """The rows of a log's tables that asv marks as moved: slower (+), faster (-), failed (!)."""
+    return [cells for cells in _table(log) if cells[0] in ("+", "-", "!")]
+
+
+def summary(base: str, head: str, verdict_lines: list[str], logs: dict[str, str],
+            accepts: list[Accept]) -> str:
+    """The Markdown summary of a guard run: per gate its verdict, the benchmarks that moved (before,
+    after, ratio) and the tags that accepted a slowdown of that gate."""
+    out = [f"## asv guard: `{base[:8]}..{head[:8]}`", ""]
+    for line in verdict_lines:
+        gate, _, said = line.removeprefix("asv gate ").partition(": ")
+        out += [f"### {gate}: {'✅' if said == 'pass' or 'accepted' in said else '❌'} {said.split(' (')[0]}", ""]
+        rows = moved(logs.get(gate, ""))
+        if rows:
+            out += ["| change | before | after | ratio | benchmark |", "|---|---|---|---|---|"]
+            out += ["| " + " | ".join(_md(c) for c in cells) + " |" for cells in rows]
+        else:
+            out.append("No benchmark moved." if gate in logs else "No log.")
+        if said.startswith("FIRED ("):
+            out += ["", f"Verdict: {_md(said)}"]
+        tags = [a for a in accepts if a.gate == gate]
+        out += ["", "Accepted by: " + "; ".join(f"`{a.commit[:8]}` {_md(a.pattern)} +{a.bound_pct:g}%: "
+                                                 f"{_md(a.reason)}" for a in tags)] if tags else []
+        out.append("")
+    return "\n".join(out)
+
+
+def _md(text: str) -> str:
+    """A table cell: pipes escaped."""
+    return text.replace("|", "\\|")
 
 
 def flagged(log: str) -> list[str]:
@@ -241,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p_verdict.add_argument("statuses", nargs="+", help="GATE=EXIT_STATUS")
     p_verdict.add_argument("--log", action="append", default=[], help="GATE=LOG_FILE")
     p_verdict.add_argument("--results", help="asv's results folder for the machine (exact ratios)")
+    p_verdict.add_argument("--summary", help="append the Markdown summary to this file")
     args = parser.parse_args(argv)
     if args.command == "flagged":
         with open(args.log) as f:
@@ -282,6 +325,10 @@ def _verdict_command(args: argparse.Namespace) -> int:
     exact = _stored_ratios(args.results, args.base, args.head) if args.results else {}
     lines, status = verdict({g: int(s) for g, s in _pairs(args.statuses).items()}, accepts, logs, exact)
     print("\n".join(lines))
+    if args.summary:
+        with open(args.summary, "a", encoding="utf-8") as f:
+            f.write(summary(args.base, args.head, lines, logs, accepts) + "\n")
+        print(f"asv: Markdown summary appended to {args.summary}")
     return status
 
 

@@ -13,6 +13,7 @@ import os
 from urllib.parse import urlsplit
 
 from loadgen.plan.config import SLO
+from loadgen.report.compare import Bound
 
 
 def _number(text: str, kind: type) -> float:
@@ -244,3 +245,11 @@ def value_list(kind: type):
         return tuple(sorted(values))
     parse.__name__ = "list of integers >= 1" if kind is int else "list of positive numbers"
     return parse
+
+
+def bound(text: str) -> Bound:
+    """`METRIC=+N%` or `METRIC=-N%` (`loadgen compare --fail-on`)."""
+    try:
+        return Bound.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

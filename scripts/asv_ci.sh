@@ -6,7 +6,9 @@
 #           0.03%, heap-layout shifts up to 0.9%; see benchmarks/README.md), so 2% is caught.
 #   wall    wall time of the fast families, `asv continuous --factor 1.2` with re-runs of flagged
 #           benchmarks: it still sees what counts miss (syscalls, waiting, caches, memory).
-# Both always run; the log ends with one line per gate (pass / FIRED). A commit in BASE..HEAD_REV
+# Both always run; the log ends with one line per gate (pass / FIRED), and a Markdown summary (per
+# gate: verdict, benchmarks that moved and their ratios, accepting tags) is appended to
+# $GITHUB_STEP_SUMMARY when set, else written to ASV_LOG_DIR/summary.md. A commit in BASE..HEAD_REV
 # accepts a deliberate slowdown with a trailer `asv-accept: GATE PATTERN +N%: REASON` (see
 # benchmarks/gate.py). Exits 0 with one line when there is no previous commit or it predates the
 # benchmark suite.
@@ -118,4 +120,5 @@ for gate in $GATES; do
     statuses+=("$gate=$status") logs+=(--log "$gate=$logdir/$gate.log")
 done
 echo "=== asv gates: ${BASE:0:8}..${HEAD_REV:0:8} ==="
-"${GATE[@]}" verdict "$BASE" "$HEAD_REV" "${statuses[@]}" "${logs[@]}" --results ".asv/results/$MACHINE"
+"${GATE[@]}" verdict "$BASE" "$HEAD_REV" "${statuses[@]}" "${logs[@]}" --results ".asv/results/$MACHINE" \
+    --summary "${GITHUB_STEP_SUMMARY:-$logdir/summary.md}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the main job (scripts/storm.py: sim engine, embedded tokenizer) needs into the
-# current Python environment: the project and its dependencies, nothing else.
+# current Python environment: the project with its "server" extra (reference server, engines,
+# benchmarks, plotting), nothing else. (loadgen alone is the base install: pip install .)
 #   bash scripts/setup.sh           the main job
 #   bash scripts/setup.sh --test    also the test tools (the "test" extra) and, when missing and
 #                                   run as root, Debian's chromium for the report page tests
@@ -14,7 +15,7 @@ PY=${PYTHON:-python3}
 CHROMIUM_INSTALL="apt-get update && apt-get install -y chromium"
 
 case "${1:-}" in
-    "") extras="" ;;
+    "") extras="[server]" ;;
     --test) extras="[test]" ;;
     *) echo "usage: bash scripts/setup.sh [--test]" >&2; exit 2 ;;
 esac
@@ -44,6 +45,6 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q "torch==2.13.0"
 fi
 "$PY" -m pip install -q -e ".$extras"
-if [ -n "$extras" ]; then
+if [ "$extras" = "[test]" ]; then
     install_chromium
 fi

@@ -1,4 +1,5 @@
-"""No module of these packages imports a module that imports it back (``TYPE_CHECKING`` included).
+"""No module of these packages (subpackages included) imports a module that imports it back
+(``TYPE_CHECKING`` included).
 
 The scheduler's regimes (PD decode, DP attention) are seams chosen at start-up, and the report
 renderer and runner depend one way; each once made a circle.
@@ -12,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("reference_impl.scheduler", "reference_impl.server", "harness", "reportgen")
+PACKAGES = ("reference_impl.scheduler", "reference_impl.server", "harness", "reportgen", "loadgen")
 PACKAGE = "reference_impl.scheduler"
 
 
 def _modules(package: str = PACKAGE) -> dict[str, Path]:
+    """Every module of the package and of its subpackages (``__init__`` files left out)."""
     folder = Path(importlib.import_module(package).__file__).parent
-    return {f"{package}.{path.stem}": path for path in folder.glob("*.py") if path.stem != "__init__"}
+    return {".".join((package, *path.relative_to(folder).with_suffix("").parts)): path
+            for path in folder.rglob("*.py") if path.stem != "__init__"}
 
 
 def _imported_names(path: Path) -> set[str]:
@@ -57,6 +60,13 @@ def test_the_graph_sees_every_module_and_a_known_edge():
     graph = _import_graph()
     assert {f"{PACKAGE}.scheduler", f"{PACKAGE}.policy", f"{PACKAGE}.dp_group"} <= graph.keys()
     assert f"{PACKAGE}.policy" in graph[f"{PACKAGE}.scheduler"]
+
+
+def test_the_loadgen_graph_crosses_subpackages():
+    graph = _import_graph("loadgen")
+    assert {"loadgen.cli", "loadgen.plan.datasets", "loadgen.run.runner"} <= graph.keys()
+    assert "loadgen.plan.config" in graph["loadgen.run.runner"]
+    assert "loadgen.plan.traces" in graph["loadgen.plan.datasets"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -28,6 +28,19 @@ def command_line(argv: list[str]) -> str:
     return shlex.join(out)
 
 
+def redact_flags(flags: dict) -> dict:
+    """`flags` (long name -> value, as a config file holds them) with secrets written as REDACTED,
+    as `command_line` writes them."""
+    out = dict(flags)
+    for key, value in flags.items():
+        flag = "--" + key
+        if flag in SECRET_FLAGS:
+            out[key] = "REDACTED"
+        elif flag == "--header":
+            out[key] = [_redacted(flag, v) for v in value]
+    return out
+
+
 def _redacted(flag: str, value: str) -> str:
     if flag in SECRET_FLAGS:
         return "REDACTED"

@@ -221,6 +221,64 @@ class RunConfig:
         return base + (1 if worker < extra else 0)
 
 
+#: Whose meaning --random-range-ratio and the length/seed defaults follow (`--flags-from`).
+CONVENTIONS = ("sglang", "vllm")
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Which dataset and its parameters (flag names follow SGLang's bench_serving)."""
+
+    name: str = "random"
+    num_prompts: int = 1000
+    random_input_len: int = 1024
+    random_output_len: int = 1024
+    random_range_ratio: float = 0.0
+    dataset_path: str | None = None
+    sharegpt_output_len: int | None = None
+    shared_prefix_groups: int = 8
+    shared_prefix_len: int = 512
+    tokenizer_path: str | None = None
+    use_server_tokenize: bool = True
+    #: random-ids draws from [0, vocab_size): the target's vocabulary (no default: a guessed one sent
+    #: ids the reference server refuses); the runner sets it from --tokenizer, --vocab-size or the server.
+    vocab_size: int | None = None
+    seed: int = 1
+    convention: str = "sglang"
+    random_prefix_len: int = 0
+    custom_output_len: int | None = None
+    disable_shuffle: bool = False
+    block_size: int = 512  # tokens per mooncake hash id
+    trace_timestamps: bool = False  # keep the trace's order and times (replay)
+    multi_turn_num_turns: int | None = None  # None: 3 synthetic turns, every human turn of a file
+    multi_turn_user_len: int = 128
+    multi_turn_think_time_s: float = 0.0
+    #: A session's conversation (user turns and answers, UTF-8 bytes) past which no turn is sent.
+    multi_turn_max_context_bytes: int = 8 << 20
+
+    def __post_init__(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}")
+        top = 1.0 if self.convention == "sglang" else math.nextafter(1.0, 0.0)
+        if not 0.0 <= self.random_range_ratio <= top:
+            raise ValueError(f"random_range_ratio must be in [0, 1{']' if top == 1.0 else ')'} "
+                             f"({self.convention} convention)")
+        if self.name in ("sharegpt", "custom", "burstgpt", "mooncake") and not self.dataset_path:
+            raise ValueError(f"--dataset {self.name} needs --dataset-path")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ValueError("vocab_size must be >= 1")
+        if self.random_prefix_len < 0 or (self.custom_output_len is not None and self.custom_output_len < 1):
+            raise ValueError("random_prefix_len must be >= 0 and custom_output_len >= 1")
+        if (self.num_prompts is not None and self.num_prompts < 1) or self.random_input_len < 1 \
+                or self.random_output_len < 1:
+            raise ValueError("num_prompts and random lengths must be >= 1")
+        turns_bad = self.multi_turn_num_turns is not None and self.multi_turn_num_turns < 1
+        if self.block_size < 1 or turns_bad or self.multi_turn_user_len < 1:
+            raise ValueError("block_size, multi_turn_num_turns and multi_turn_user_len must be >= 1")
+        if self.multi_turn_think_time_s < 0 or self.multi_turn_max_context_bytes < 1:
+            raise ValueError("multi_turn_think_time_s must be >= 0 and multi_turn_max_context_bytes >= 1")
+
+
 RAY_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK")
 
 

@@ -14,7 +14,9 @@ import json
 import random
 from dataclasses import dataclass
 
-from loadgen.plan.datasets import DatasetConfig, _count, _texts_of_len, sample_lengths
+from loadgen.plan.config import DatasetConfig
+from loadgen.plan.datasets import _count
+from loadgen.plan.texts import sample_lengths, texts_of_len
 
 DEFAULT_TURNS = 3
 _USER_ROLES = ("human", "user")
@@ -36,7 +38,7 @@ def build_sessions(cfg: DatasetConfig, tokenizer=None) -> list[Session]:
     if cfg.dataset_path is not None:
         return _sharegpt_sessions(cfg, rng, tokenizer)
     turns = cfg.multi_turn_num_turns or DEFAULT_TURNS
-    texts = _texts_of_len(rng, [cfg.multi_turn_user_len] * (cfg.num_prompts * turns), tokenizer)
+    texts = texts_of_len(rng, [cfg.multi_turn_user_len] * (cfg.num_prompts * turns), tokenizer)
     outs = sample_lengths(rng, cfg.random_output_len, cfg.random_range_ratio, cfg.num_prompts * turns,
                           cfg.convention)
     sessions = []

@@ -26,8 +26,9 @@ import math
 import random
 from collections.abc import Iterator
 
-from loadgen.plan.datasets import DatasetConfig, Prompt, _text_of_len, _texts_of_len, _words
+from loadgen.plan.config import DatasetConfig
 from loadgen.plan.lengths import fit_to_len
+from loadgen.plan.texts import Prompt, random_words, text_of_len, texts_of_len
 
 #: The longest input or output length a trace line may ask for: the model's context where known,
 #: else this (2^20 tokens: past the contexts served today; without a tokenizer such a prompt is
@@ -141,14 +142,14 @@ class _Blocks:
         """The block's first min(need, block size) units."""
         if self.tokenizer is not None:
             if hash_id not in self.cache:
-                text, _, _ = _text_of_len(self._rng(hash_id), self.size, self.tokenizer)
+                text, _, _ = text_of_len(self._rng(hash_id), self.size, self.tokenizer)
                 self.cache[hash_id] = self.tokenizer.encode(text)
             return self.cache[hash_id][:need]
         words = self.cache.setdefault(hash_id, [])
         want = min(need, self.size)
         if len(words) < want:
             rng = self.drawing.setdefault(hash_id, self._rng(hash_id))
-            words += _words(rng, want - len(words)).split()
+            words += random_words(rng, want - len(words)).split()
             if len(words) == self.size:
                 del self.drawing[hash_id]
         return words[:want]
@@ -163,11 +164,11 @@ def _prompt_text(row: dict, blocks: _Blocks, rng: random.Random, tokenizer) -> t
             break
         units += blocks.get(hash_id, n - len(units))
     if tokenizer is None:
-        filler = _words(rng, n - len(units)).split() if n > len(units) else []
+        filler = random_words(rng, n - len(units)).split() if n > len(units) else []
         return " ".join(units + filler), n
     if n > len(units):
-        units += tokenizer.encode(" " + _text_of_len(rng, n - len(units), tokenizer)[0])
-    return fit_to_len(units, n, tokenizer, lambda: " " + _words(rng, 1))
+        units += tokenizer.encode(" " + text_of_len(rng, n - len(units), tokenizer)[0])
+    return fit_to_len(units, n, tokenizer, lambda: " " + random_words(rng, 1))
 
 
 def mooncake_prompts(cfg: DatasetConfig, tokenizer) -> list[Prompt]:
@@ -200,7 +201,7 @@ def burstgpt_prompts(cfg: DatasetConfig, tokenizer) -> list[Prompt]:
         arrivals = [None] * len(picked)
     if not picked:
         raise ValueError(f"no {BURSTGPT_MODEL} rows with response tokens in {cfg.dataset_path}")
-    texts = _texts_of_len(rng, [n_in for _, n_in, _ in picked], tokenizer)
+    texts = texts_of_len(rng, [n_in for _, n_in, _ in picked], tokenizer)
     return [Prompt(text, n, n_out, exact, at)
             for (text, n, exact), (_, _, n_out), at in zip(texts, picked, arrivals, strict=True)]
 

@@ -19,8 +19,9 @@ import random
 
 import numpy as np
 
-from loadgen.plan.datasets import DatasetConfig, Prompt, length_range
+from loadgen.plan.config import DatasetConfig
 from loadgen.plan.lengths import FileTokenizer
+from loadgen.plan.texts import Prompt, length_range
 
 #: What each `upstream_prompts` value rebuilds, as the results JSON's `dataset.prompts_from` says.
 PROMPTS_FROM = {"vllm": "vllm bench serve --dataset-name random (vLLM 0.32.0 RandomDataset)",

@@ -17,7 +17,7 @@ import msgspec
 
 from loadgen.measure.records import RequestRecord
 from loadgen.plan.config import RunConfig
-from loadgen.plan.datasets import Prompt
+from loadgen.plan.texts import Prompt
 from loadgen.run import httpcore_guards
 from loadgen.run.clock import now_ns
 from loadgen.run.sse import (

@@ -24,7 +24,7 @@ import struct
 import sys
 from array import array
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httptools
 import httpx
@@ -35,9 +35,6 @@ except ImportError:  # NOTE: not on Windows; the queue is then not sampled
     fcntl = None
 
 from loadgen.run.clock import KernelClock, now_ns
-
-if TYPE_CHECKING:
-    from loadgen.run.transport import LeanTransport
 
 #: Bytes asked of one read: a read that fills it may leave more queued (see `ReadStats`).
 READ_BYTES = 1 << 16
@@ -267,10 +264,21 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
     return True
 
 
+class ConnectionPool(Protocol):
+    """What a Connection needs of the transport that pools it (run/transport.py's LeanTransport)."""
+
+    clock: KernelClock
+    read_stats: ReadStats
+    iterations: LoopIterations
+    kernel_stamps: bool
+
+    def _release(self, key: tuple, conn: Connection) -> None: ...
+
+
 class Connection:
     """One keep-alive connection on its own socket; serves one request at a time."""
 
-    def __init__(self, pool: LeanTransport, key: tuple, sock: socket.socket,
+    def __init__(self, pool: ConnectionPool, key: tuple, sock: socket.socket,
                  max_body_bytes: int, max_head_bytes: int, tls: Tls | None = None) -> None:
         self._pool = pool
         self._clock: KernelClock = pool.clock

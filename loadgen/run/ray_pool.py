@@ -44,7 +44,7 @@ import loadgen
 from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.plan.config import RayConfig, RunConfig
 from loadgen.run.clock import SKEW_ENV, now_ns
-from loadgen.run.runner import STOP_GRACE_S, SetupError, live_totals
+from loadgen.run.pool import STOP_GRACE_S, SetupError, live_totals
 from loadgen.run.worker import BARRIER_TIMEOUT_S, NUM_COUNTERS, LiveCount, WorkerPlan, _Worker
 
 CLOCK_ROUNDS = 16

@@ -23,8 +23,8 @@ from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
 from loadgen.measure.server_metrics import Scraper, server_vs_client
 from loadgen.measure.timeline import cdf, timeline
-from loadgen.plan.config import RayConfig, RunConfig
-from loadgen.plan.datasets import DatasetConfig, Prompt, build_prompts, upstream_prompts
+from loadgen.plan.config import DatasetConfig, RayConfig, RunConfig
+from loadgen.plan.datasets import build_prompts, upstream_prompts
 from loadgen.plan.lengths import (
     SOURCE_ESTIMATE,
     SOURCE_FILE,
@@ -41,26 +41,21 @@ from loadgen.plan.lengths import (
 )
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
 from loadgen.plan.sessions import Session, build_sessions
+from loadgen.plan.texts import Prompt
 from loadgen.plan.upstream import PROMPTS_FROM
 from loadgen.run.client import request_body
+from loadgen.run.pool import STOP_GRACE_S, SetupError, live_totals
 from loadgen.run.worker import (
     NUM_COUNTERS,
-    TTFT_RING,
-    LiveCount,
     SessionPlan,
     WorkerPlan,
     WorkItem,
     worker_main,
 )
 
-STOP_GRACE_S = 10.0
 START_DELAY_NS = 20_000_000
 #: How long warm workers wait for the parent's scrape after the warm-up (`_Pool.on_warm`).
 WARM_HANDOFF_S = 30.0
-
-
-class SetupError(RuntimeError):
-    """The run could not start (server unreachable, dataset unreadable); the message says why."""
 
 
 @dataclass
@@ -241,17 +236,6 @@ def _session_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -
                      s.user_lens[0], s.is_exact_input_len, s.output_lens[0])
             for i, s in enumerate(sessions[cfg.num_prompts:])]
     return items, warm, first
-
-
-def live_totals(c: list[int]) -> dict:
-    """The workers' live counters (NUM_COUNTERS slots each, back to back) summed, with every
-    worker's latest live TTFTs in µs under `ttft_us` (empty unless `cfg.live`)."""
-    totals: dict = {slot.name.lower(): sum(c[slot::NUM_COUNTERS]) for slot in LiveCount}
-    totals["ttft_us"] = []
-    for base in range(0, len(c), NUM_COUNTERS):
-        written = min(c[base + LiveCount.TTFT_WRITTEN], TTFT_RING)
-        totals["ttft_us"] += c[base + len(LiveCount):base + len(LiveCount) + written]
-    return totals
 
 
 class _Pool:

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 from loadgen import __version__
 from loadgen.measure.metrics import latencies
-from loadgen.plan.config import SLO, RunConfig, auto_workers
-from loadgen.plan.datasets import DatasetConfig
+from loadgen.plan.config import SLO, DatasetConfig, RunConfig, auto_workers
 from loadgen.report.results import _jsonable, result_dict
 from loadgen.report.sweep_tables import pooled_cell
-from loadgen.run.runner import SetupError, run
+from loadgen.run.pool import SetupError
+from loadgen.run.runner import run
 from loadgen.sweep.search import (
     COUNTED_FAILURES,
     SATURATION_RULE,

@@ -15,8 +15,10 @@ from benchmarks.gate import (
     allowed_ratio,
     flagged,
     max_ratio,
+    moved,
     parse_accept,
     range_accepts,
+    summary,
     verdict,
 )
 
@@ -278,3 +280,33 @@ def test_exact_ratios_read_asv_results_files(tmp_path):
     ratios = exact_ratios(str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", r"^bench_")
     assert ratios == {f"{name}('h2-first-chunk', 'legacy')": 1.0,
                       f"{name}('h2-first-chunk', 'optimized')": pytest.approx(1.02)}
+
+
+def test_summary_gives_each_gates_verdict_moved_benchmarks_and_accepting_tags():
+    tag = Accept("counts", "h2-first", 3.0, "the check buys safety", "c1abcdef99")
+    logs = {"counts": LOG, "wall": ""}
+    lines, _ = verdict({"counts": 1, "wall": 0}, [tag], logs)
+    text = summary("83069378aa", "9f1c2a3bbb", lines, logs, [tag])
+    assert [row[0] for row in moved(LOG)] == ["+", "!", "-"]  # the unchanged row is left out
+    assert text.startswith("## asv guard: `83069378..9f1c2a3b`")
+    assert "### counts: ❌ FIRED\n" in text and "### wall: ✅ pass\n" in text
+    assert f"| + | 11.9k | 12.1k | 1.02 | {H2_FIRST} |" in text
+    assert "| - | 1.50±0.01μs | 1.20±0.01μs | 0.80 | bench_sse.TimeChatChunk.time_encode('optimized', 'first') |" in text
+    assert f"{H3_FAILED} failed at HEAD" in text and "No benchmark moved." in text
+    assert "Accepted by: `c1abcdef` h2-first +3%: the check buys safety" in text
+
+
+def test_verdict_command_appends_the_summary_to_the_file_it_is_given(tmp_path):
+    repo = _repo(tmp_path)
+    base = _commit(repo, "base")
+    head = _commit(repo, "slower\n\nasv-accept: counts h2-first +3%: on purpose")
+    log, out = tmp_path / "counts.log", tmp_path / "summary.md"
+    log.write_text(LOG_SLOWER)
+    out.write_text("earlier step\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/gate.py"), "verdict", base, head, "counts=1",
+                           "--log", f"counts={log}", "--summary", str(out)], cwd=repo, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = out.read_text()
+    assert text.startswith("earlier step\n## asv guard: ") and "### counts: ✅ FIRED, accepted by asv-accept" in text
+    assert f"Accepted by: `{head[:8]}` h2-first +3%: on purpose" in text

@@ -94,7 +94,7 @@ def test_num_prompts_alone_sends_every_request_at_once_as_vllm_at_rate_inf(start
 @pytest.mark.parametrize("flags, percentiles", [(["--metric-percentiles", "25,50,75"], [25.0, 50.0, 75.0]),
                                                 (["--percentile-metrics", "ttft,itl,e2el"], None)])
 def test_vllms_percentile_flags_are_accepted(flags, percentiles):
-    from loadgen.cli import build_parser, config_from_args
+    from loadgen.flags import build_parser, config_from_args
 
     args = build_parser().parse_args([*_base(_dead_url()), *flags])
     cfg, _ = config_from_args(args)
@@ -184,13 +184,13 @@ def test_memory_bound_is_in_help_and_checked_at_start(start_server, capsys):
                                                       (2, 100 << 30, 64 << 20), (None, 1 << 30, 64 << 20),
                                                       (2048, None, 64 << 20)])
 def test_the_default_response_cap_is_sized_to_the_streams_and_memory(streams, available, cap):
-    from loadgen.cli import default_max_response_bytes
+    from loadgen.flags import default_max_response_bytes
 
     assert default_max_response_bytes(streams, available) == cap
 
 
 def test_a_2048_stream_run_with_default_caps_does_not_warn_about_memory():
-    from loadgen.cli import available_memory_bytes, build_parser, config_from_args, memory_note
+    from loadgen.flags import available_memory_bytes, build_parser, config_from_args, memory_note
 
     available = available_memory_bytes()
     if available is None or available < 2048 * (5 << 20):

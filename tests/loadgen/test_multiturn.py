@@ -15,7 +15,7 @@ import httpx
 import pytest
 from rich.console import Console
 
-from loadgen.cli import memory_note
+from loadgen.flags import memory_note
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig
 from loadgen.report.terminal import print_table

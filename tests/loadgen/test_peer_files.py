@@ -16,8 +16,9 @@ from rich.console import Console
 
 from loadgen import cli
 from loadgen.report import peers
+from loadgen.report.compare import COMPARE_KEYS, compare
 from loadgen.report.html import HEADER_KEYS
-from loadgen.report.results import COMPARE_KEYS, TABLE_ROWS, compare
+from loadgen.report.results import TABLE_ROWS
 from loadgen.report.runfile import load_runs
 from loadgen.selftest.testserver import spawn
 

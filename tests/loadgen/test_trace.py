@@ -12,7 +12,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from loadgen.cli import build_parser, config_from_args
+from loadgen.flags import build_parser, config_from_args
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig, build_prompts
 from loadgen.plan.lengths import probe_server

@@ -13,7 +13,8 @@ import os
 import httpx
 import pytest
 
-from loadgen.cli import config_from_args, main
+from loadgen.cli import main
+from loadgen.flags import config_from_args
 from loadgen.plan.datasets import DatasetConfig, build_prompts
 from loadgen.plan.lengths import FileTokenizer
 from loadgen.plan.upstream import HfView
@@ -67,7 +68,7 @@ def test_vllm_refuses_what_vllm_refuses():
 
 
 def _args(*flags: str):
-    from loadgen.cli import build_parser
+    from loadgen.flags import build_parser
 
     return config_from_args(build_parser().parse_args(["--concurrency", "1", *flags]))
 
