@@ -234,7 +234,12 @@ def test_ctrl_c_stops_every_actor_and_keeps_the_results(start_server, popen_ctrl
     while httpx.get(server.base_url + "/stats", timeout=10).json()["num_requests"] < 64:
         assert time.monotonic() < deadline and proc.poll() is None, "loadgen sent no requests"
         time.sleep(0.2)
-    session = os.path.realpath("/tmp/ray/session_latest")
+    # NOTE: the session is read from this run's own processes: `session_latest` may name another
+    # run's session when two local clusters start on one machine.
+    sessions = {arg.split("=", 1)[1] for pid in _tree(proc.pid) for arg in _cmdline(pid)
+                if arg.startswith("--session-dir=")}
+    assert len(sessions) == 1, sessions
+    [session] = sessions
     assert _ray_processes(session), "no process of the local Ray session found while it runs"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=90) == 130
