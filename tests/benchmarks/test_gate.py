@@ -278,3 +278,57 @@ def test_exact_ratios_read_asv_results_files(tmp_path):
     ratios = exact_ratios(str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", r"^bench_")
     assert ratios == {f"{name}('h2-first-chunk', 'legacy')": 1.0,
                       f"{name}('h2-first-chunk', 'optimized')": pytest.approx(1.02)}
+
+
+COUNTS_TABLE = """\
+| Change   | Before [83069378]    | After [9f1c2a3b]    |   Ratio | Benchmark (Parameter)                                     |
+|----------|----------------------|---------------------|---------|-----------------------------------------------------------|
+| +        | 11.9k                | 12.1k               |    {ratio} | bench_instructions.TrackInstructions.track_instructions('h2-first-chunk', 'optimized') |
+"""
+# A scripted asv that judges as asv does: `continuous --factor F` flags (exit 1) a ratio above F.
+JUDGING_PYTHON = f"""#!{sys.executable}
+import os, sys
+args = sys.argv[1:]
+if args[:2] != ["-m", "asv"]:
+    os.execv({sys.executable!r}, [{sys.executable!r}, *args])
+if args[2:3] == ["continuous"]:
+    bench = args[args.index("-b") + 1]
+    ratio = float(os.environ["FAKE_COUNTS_RATIO" if "instructions" in bench else "FAKE_WALL_RATIO"])
+    table = os.environ["FAKE_COUNTS_TABLE" if "instructions" in bench else "FAKE_WALL_TABLE"]
+    print(open(table).read().format(ratio=f"{{ratio:.2f}}", after=f"{{1.5 * ratio:.2f}}"))
+    sys.exit(1 if ratio > float(args[args.index("--factor") + 1]) else 0)
+"""
+
+
+def _both_gates(tmp_path, repo, base, counts_ratio, wall_ratio):
+    """``bash scripts/asv_ci.sh BASE HEAD`` with both gates, each slowed by its ratio."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("python", JUDGING_PYTHON), ("valgrind", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "counts.txt").write_text(COUNTS_TABLE)
+    (tmp_path / "wall.txt").write_text(WALL_TABLE)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "PYTHON": str(bin_dir / "python"),
+           "FAKE_COUNTS_TABLE": str(tmp_path / "counts.txt"), "FAKE_WALL_TABLE": str(tmp_path / "wall.txt"),
+           "FAKE_COUNTS_RATIO": str(counts_ratio), "FAKE_WALL_RATIO": str(wall_ratio), "ASV_RETRIES": "1",
+           "ASV_LOG_DIR": str(tmp_path / "logs"), "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.run(["bash", "scripts/asv_ci.sh", base, "HEAD"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("counts_ratio", "wall_ratio", "fired"), [
+    (1.01, 1.0, []), (1.02, 1.0, ["counts"]),  # counts: factor 1.015, so a 2% slowdown is caught
+    (1.0, 1.19, []), (1.0, 1.21, ["wall"]),    # wall: factor 1.2
+])
+def test_ci_step_gates_fire_at_their_documented_factors(tmp_path, counts_ratio, wall_ratio, fired):
+    repo, base = _guard_repo(tmp_path)
+    _commit(repo, "A change")
+    status, out = _both_gates(tmp_path, repo, base, counts_ratio, wall_ratio)
+    assert "factor 1.015 ===" in out and "factor 1.2 ===" in out, out
+    assert status == (1 if fired else 0), out
+    for gate in ("counts", "wall"):
+        assert (f"asv gate {gate}: FIRED" in out) == (gate in fired), out
+        assert (f"asv gate {gate}: pass" in out) == (gate not in fired), out
