@@ -134,6 +134,35 @@ def test_t_interval_on_known_numbers():
     assert t975(1) == pytest.approx(12.7062) and t975(100) == pytest.approx(1.98397, abs=1e-4)
 
 
+def test_t975_reads_the_table_to_30_then_the_expansion():
+    assert t975(2) == 4.3027 and t975(30) == 2.0423  # the table's last row, not the expansion's 2.04218
+    z = 1.959964
+    for df, exact in ((31, 2.039513), (40, 2.021075), (100, 1.983972), (1000, 1.962339)):
+        # Abramowitz & Stegun 26.7.5 to the 1/df^2 term, within 1e-4 of the exact quantile
+        expansion = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        assert t975(df) == pytest.approx(expansion, abs=1e-12) and t975(df) == pytest.approx(exact, abs=1e-4)
+    with pytest.raises(ValueError, match=r"^df must be >= 1$"):
+        t975(0)
+
+
+def test_interval_returns_every_key_for_one_two_and_three_repeats():
+    assert interval([5, True, "x", None]) == {"n": 1, "mean": 5.0, "std": None, "low": None, "high": None,
+                                              "kind": None}
+    two = interval([1.0, 3.0])
+    assert two == {"n": 2, "mean": 2.0, "std": pytest.approx(2 ** 0.5), "low": 1.0, "high": 3.0, "kind": "min-max"}
+    three = interval([10.0, 12.0, 14.0])
+    half = 4.3027 * 2.0 / 3 ** 0.5
+    assert three == {"n": 3, "mean": 12.0, "std": pytest.approx(2.0), "low": pytest.approx(12.0 - half),
+                     "high": pytest.approx(12.0 + half), "kind": "t95"}
+
+
+def test_touching_intervals_are_not_significant():
+    a = {"n": 3, "mean": 1.0, "low": 0.0, "high": 2.0, "kind": "t95"}
+    b = {"n": 3, "mean": 3.0, "low": 2.0, "high": 4.0, "kind": "t95"}
+    assert significant(a, b) is False and significant(b, a) is False
+    assert significant(a, {**b, "low": 2.001}) is True and significant({**b, "low": 2.001}, a) is True
+
+
 def test_significance_is_non_overlap_of_the_intervals():
     a, b = interval([10.0, 10.2, 9.8]), interval([12.0, 12.2, 11.8])
     assert significant(a, b) is True
