@@ -5,8 +5,9 @@
 # Each module runs alone, in a copy of the tree under MUTATION_DIR (default a temporary folder,
 # removed; mutmut writes mutants/ beside its config), against its own fast unit tests, at
 # `nice -n 10` with MUTATION_JOBS children (default 2). Prints one line per module: killed,
-# survived, no tests, timeout, score = killed / (mutants - written off); then each survivor not
-# written off in tests/mutation/survivors.md. Exits 1 when such a survivor is left.
+# survived, no tests, timeout, score = killed / (mutants - written off); then the survivors not
+# written off in tests/mutation/survivors.md, per function (each name with MUTATION_VERBOSE=1;
+# `mutmut show NAME` in the copy shows a mutant). Exits 1 when such a survivor is left.
 # Time on the 2-core machine: loadgen/sweep/stats.py 131 mutants in about 35 s; see
 # tests/mutation/survivors.md for every module's time.
 set -euo pipefail
@@ -49,21 +50,27 @@ PY
         status=1; continue; }
     (cd "$copy" && "$PY" -m mutmut results --all true 2>/dev/null) >"$copy/results.txt"
     "$PY" - "$module" "$copy/results.txt" tests/mutation/survivors.md "$(( $(date +%s) - start ))" <<'PY' || status=1
-import collections, re, sys
+import collections, fnmatch, os, re, sys
 module, results, survivors, took = sys.argv[1:]
 status = dict(re.findall(r"^\s*(\S+): (.+)$", open(results).read(), re.M))
-written_off = set(re.findall(r"`([\w.]+__mutmut_\d+)`", open(survivors).read()))
+# NOTE: a written-off name may end in * (every mutant of that function: e.g. argparse help text)
+patterns = re.findall(r"`([\w.]+__mutmut_(?:\d+|\*))`", open(survivors).read())
 counts = collections.Counter(status.values())
-left = sorted(name for name, s in status.items() if s in ("survived", "no tests") and name not in written_off)
-off = sum(1 for name in status if name in written_off)
+is_off = {name: any(fnmatch.fnmatchcase(name, p) for p in patterns) for name in status}
+left = sorted(name for name, s in status.items() if s in ("survived", "no tests") and not is_off[name])
+off = sum(1 for name in status if is_off[name] and status[name] != "killed")
 scored = len(status) - off
 killed = counts["killed"] + counts["timeout"]
 score = f"{100 * killed / scored:.1f}%" if scored else "n/a"
 print(f"mutation: {module}: {len(status)} mutants, {killed} killed ({counts['timeout']} by timeout), "
       f"{counts['survived']} survived, {counts['no tests']} no tests, {off} written off; score {score} "
       f"of the rest; {took} s")
-for name in left:
-    print(f"  left: {name} ({status[name]})")
+by_function = collections.Counter(name.rsplit("__mutmut_", 1)[0] for name in left)
+if left:
+    print(f"  left {len(left)}: " + ", ".join(f"{f} {n}" for f, n in sorted(by_function.items())))
+if os.environ.get("MUTATION_VERBOSE"):
+    for name in left:
+        print(f"  left: {name} ({status[name]})")
 sys.exit(1 if left else 0)
 PY
 done
