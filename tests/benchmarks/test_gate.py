@@ -345,7 +345,7 @@ def _results(folder, rev: str, values: list[float]) -> None:
                                                               "results": results}))
 
 
-def test_gate_command_line_prints_what_the_ci_step_reads(tmp_path, capsys):
+def test_gate_command_line_prints_what_the_guard_script_reads(tmp_path, capsys):
     from benchmarks.gate import main
 
     log = tmp_path / "counts.log"
@@ -374,8 +374,9 @@ def test_gate_verdict_command_reads_the_range_the_logs_and_stored_results(tmp_pa
     repo = _repo(tmp_path)
     monkeypatch.chdir(repo)
     base = _commit(repo, "Base")
-    head = _commit(repo, "Slower\n\nasv-accept: counts h2-first +2%: the check buys safety")
-    log = tmp_path / "counts.log"
+    head = _commit(repo, "Slower\n\nA quoted tag:\nasv-accept: wall . +50%: quoted\n\n"
+                         "asv-accept: counts h2-first +2%: the check buys safety")
+    log = tmp_path / "counts=1.log"  # a path may hold "="
     log.write_text(LOG_SLOWER)
     results = tmp_path / "results"
     results.mkdir()
@@ -384,6 +385,7 @@ def test_gate_verdict_command_reads_the_range_the_logs_and_stored_results(tmp_pa
     status = main(["verdict", base, head, "counts=1", "wall=0", "--log", f"counts={log}", "--results", str(results)])
     assert (status, capsys.readouterr().out.splitlines()) == (0, [
         f"asv: asv-accept in {head[:8]}: counts h2-first +2%: the check buys safety",
+        f"asv: 1 asv-accept line(s) in {head[:8]} ignored: not trailers of its message (quoted or in the body)",
         f"asv gate counts: FIRED, accepted by asv-accept (1 flagged: {H2_FIRST} 1.0200 within +2% ({head[:8]}))",
         "asv gate wall: pass"])
     # without stored results the table's 1.02 may be up to 1.025: past the tag's +2%
@@ -433,6 +435,7 @@ def test_allowed_ratio_of_a_bound_under_one_percent():
 def test_table_readers_skip_short_lines_read_tilde_ratios_and_keep_the_first_of_a_tie():
     tie = LOG.replace("~1.00", "~1.02") + "| a | b | c | d\n"
     assert max_ratio(tie) == (1.02, H2_FIRST)  # the first row of the two at 1.02; the short line skipped
+    assert max_ratio(tie, match=".") == (1.02, H2_FIRST)
     assert max_ratio(LOG.replace("~1.00", "~1.30"))[0] == 1.30
     assert flagged(tie) == [H2_FIRST, H3_FAILED]
 
@@ -443,17 +446,22 @@ def test_exact_ratios_keep_matching_positive_results_present_at_both_commits(tmp
     from benchmarks.gate import exact_ratios
 
     columns = ["result", "params", "version", "started_at"]  # a row may lack later columns
-    for rev, wall_s, extra in (("aaaaaaaa11", 2e-6, {}), ("bbbbbbbb22", 3e-6, {"bench_new.T.time_x": [[1.0], [], "v"]})):
-        results = {"bench_other.T.time_y": [[5.0], [], "v"], "bench_sse.T.time_encode": [[wall_s, 0.0], [["'a'", "'b'"]], "v"],
+    for rev, wall_s, extra in (("aaaaaaaa11", [2e-6, 1e-6], {}),
+                               ("bbbbbbbb22", [3e-6, 0.0], {"bench_sse.T.time_new": [[1.0], [], "v"]})):
+        results = {"bench_other.T.time_y": [[5.0], [], "v"], "bench_sse.T.time_encode": [wall_s, [["'a'", "'b'"]], "v"],
                    **extra}
         (tmp_path / f"{rev[:8]}-env-x.json").write_text(json.dumps({"result_columns": columns, "results": results}))
     ratios = exact_ratios(str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", r"^bench_sse")
-    assert ratios == {"bench_sse.T.time_encode('a')": pytest.approx(1.5)}  # 0.0 (no result) left out
+    # 0.0 (no result) and a benchmark new at HEAD are left out
+    assert ratios == {"bench_sse.T.time_encode('a')": pytest.approx(1.5)}
 
 
 def test_verdict_judges_every_gate_and_says_when_asv_left_no_table():
     lines, status = verdict({"wall": 0, "counts": 1}, [], {})
     assert (lines, status) == (["asv gate wall: pass", "asv gate counts: FIRED (exit 1)"], 1)
+    assert verdict({"counts": 1}, [], {"counts": LOG})[0][0] == (
+        f"asv gate counts: FIRED (2 flagged: {H2_FIRST} < 1.025 (table), no asv-accept names it; "
+        f"{H3_FAILED} failed at HEAD)")
     nondet = verdict({"counts": 1}, [], {"counts": LOG_SLOWER + "NonDeterministic\n"})[0][0]
     assert nondet == (f"asv gate counts: FIRED (1 flagged: {H2_FIRST} < 1.025 (table), no asv-accept names it) "
                       "instruction counts were not reproducible (see the log)")
