@@ -366,6 +366,9 @@ def test_gate_command_line_prints_what_the_guard_script_reads(tmp_path, capsys):
     assert out("exact", str(tmp_path), "aaaaaaaa11", "bbbbbbbb22") == (
         0, f"1.0200 {track}('h2-first-chunk', 'legacy'); lowest 0.9800\n")
     assert out("exact", str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", "--match", "^bench_sse") == (0, "n/a\n")
+    with pytest.raises(SystemExit) as exc:
+        main([])  # a command is required
+    assert exc.value.code == 2 and "required: command" in capsys.readouterr().err
 
 
 def test_gate_verdict_command_reads_the_range_the_logs_and_stored_results(tmp_path, capsys, monkeypatch):

@@ -77,3 +77,93 @@ def test_start_up_burst_lag_is_a_note_and_steady_lag_a_reason():
     assert out["client_bound"] is True and "steady state after 2.2 s" in out["client_bound_reasons"][0]
     short = WorkerHealth(worker=0, cpu_s=0.1, wall_s=1.0, loop_lag_ms=burst[:30], lag_at_s=at[:30], full_at_s=1.2)
     assert client_health(cfg, [short], [0.0])["client_bound"] is True  # no steady state to judge: full window
+
+
+def test_goodput_counts_requests_within_every_bound_inclusive():
+    from loadgen.measure.metrics import _goodput
+    from loadgen.plan.config import SLO
+
+    cfg = RunConfig(concurrency=4, num_prompts=4, slo=SLO(ttft_ms=20.0, tpot_ms=10.0, e2e_ms=100.0))
+    at_bounds = _rec(0, 0, [20, 50, 100], 100)            # TTFT 20, TPOT (100-20)/2 = 40 > 10
+    assert _goodput(cfg, [at_bounds], 2.0) == 0.0
+    good = _rec(1, 0, [20] + [20 + 10 * k for k in range(1, 9)], 100)  # TTFT 20, TPOT 80/8 = 10, E2E 100
+    assert _goodput(cfg, [good], 2.0) == 0.5
+    late = _rec(2, 0, [20.001] + [20 + 10 * k for k in range(1, 9)], 100)
+    slow = _rec(3, 0, [20] + [20 + 10 * k for k in range(1, 9)], 100.001)
+    assert _goodput(cfg, [good, late, slow], 1.0) == 1.0
+    one = _rec(4, 0, [100], 100)  # one token: TPOT 0; TTFT 100 > 20
+    no_first = RequestRecord(index=5, worker=0, intended_ns=0, start_ns=0, end_ns=15 * MS, client_output_tokens=1)
+    assert _goodput(RunConfig(concurrency=1, num_prompts=1, slo=SLO(e2e_ms=15.0)), [one, no_first], 1.0) == 1.0
+    assert _goodput(RunConfig(concurrency=1, num_prompts=1, slo=SLO(ttft_ms=15.0)), [no_first], 1.0) == 1.0
+    assert _goodput(cfg, [good], 0.0) == 0.0
+    assert _goodput(RunConfig(concurrency=1, num_prompts=1), [good], 1.0) is None
+    rate = RunConfig(request_rate=10.0, num_prompts=1, slo=SLO(ttft_ms=20.0))
+    behind = _rec(6, 5, [21], 30)
+    behind.intended_ns = 0  # sent 5 ms late: in rate mode latency counts from the intended start
+    assert _goodput(rate, [behind], 1.0) == 0.0
+
+
+def test_peaks_bucket_tokens_per_second_and_count_an_end_before_a_start_at_the_same_time():
+    from loadgen.measure.metrics import _peaks
+
+    a = _rec(0, 0, [100, 900, 1100], 1200)
+    b = _rec(1, 1200, [1300, 1400, 1500], 2500)  # starts when a ends: never both in flight
+    b.chunk_tokens = [1.0, 2.0, 3.0]
+    assert _peaks([a, b], 0) == {"max_output_tokens_per_s": 7.0, "max_concurrent_requests": 1}
+    failed = RequestRecord(index=2, worker=0, intended_ns=0, start_ns=1100 * MS, end_ns=1300 * MS,
+                           error_class="timeout")
+    assert _peaks([a, b, failed], 0) == {"max_output_tokens_per_s": 7.0, "max_concurrent_requests": 2}
+    assert _peaks([a], 500 * MS) == {"max_output_tokens_per_s": 2.0, "max_concurrent_requests": 1}
+    assert _peaks([], 0) == {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
+
+
+def test_tpot_itl_and_distributions_on_known_stamps():
+    from loadgen.measure.metrics import distribution, itl_ms, pct_key, tpot_ms
+
+    rec = _rec(0, 0, [10, 30, 70], 70, usage=5)
+    assert tpot_ms(rec) == (70 - 10) / 4 and itl_ms(rec).tolist() == [20.0, 40.0]
+    assert tpot_ms(_rec(1, 0, [10], 70, usage=5)) is None and tpot_ms(_rec(2, 0, [10, 20], 20, usage=1)) is None
+    assert (pct_key(99.0), pct_key(99.9), pct_key(50)) == ("p99", "p99.9", "p50")
+    assert distribution("x", [1.0, 2.0, 3.0, 4.0], [99.9]) == {
+        "mean_x_ms": 2.5, "median_x_ms": 2.5, "std_x_ms": pytest.approx(1.118034), "p99.9_x_ms": pytest.approx(3.997),
+        "max_x_ms": 4.0}
+    assert distribution("x", [], [99.0]) == {"mean_x_ms": None, "median_x_ms": None, "std_x_ms": None,
+                                             "p99_x_ms": None}
+
+
+def test_ttft_split_parts_sum_to_each_ttft():
+    from loadgen.measure.metrics import ttft_split
+
+    rec = _rec(0, 0, [30], 40)
+    rec.server_first_output_ms, rec.server_queue_ms, rec.server_prefill_ms, rec.server_decode_ms = 25.0, 5.0, 12.0, 9.0
+    bare = _rec(1, 0, [30], 40)  # no server timing: left out
+    stream = ttft_split(RunConfig(concurrency=1, num_prompts=1), [rec, bare])
+    parts = {"client_network": 5.0, "queue": 5.0, "prefill": 12.0, "decode": 0.0, "server_other": 8.0}
+    assert stream == {"requests": 1, "mean_ms": parts, "p50_ms": parts, "p99_ms": parts}
+    whole = ttft_split(RunConfig(concurrency=1, num_prompts=1, stream=False), [rec])
+    assert whole["mean_ms"] == {**parts, "decode": 9.0, "server_other": -1.0}
+    assert ttft_split(RunConfig(concurrency=1, num_prompts=1), [bare]) is None
+
+
+def test_per_turn_rows_and_errors_by_class():
+    from loadgen.measure.metrics import _errors, _per_event_source, per_turn
+
+    cfg = RunConfig(concurrency=1, num_prompts=4)
+    recs = [_rec(i, 0, [10 * (i + 1)], 50) for i in range(4)]
+    for r, turn in zip(recs, (0, 0, 1, 1), strict=True):
+        r.turn, r.usage_prompt_tokens = turn, 100 * (turn + 1)
+    recs[3].error_class, recs[3].error_message = "timeout", "first"
+    recs.append(RequestRecord(index=4, worker=0, intended_ns=0, start_ns=0, end_ns=0, error_class="timeout",
+                              error_message="second"))
+    recs.append(RequestRecord(index=5, worker=0, intended_ns=0, start_ns=0, end_ns=0, error_class="http_500",
+                              error_message="boom"))
+    assert per_turn(cfg, recs) == [
+        {"turn": 1, "count": 2, "failed": 0, "mean_ttft_ms": 15.0, "p50_ttft_ms": 15.0, "p99_ttft_ms": 19.9,
+         "mean_input_tokens": 100.0},
+        {"turn": 2, "count": 1, "failed": 1, "mean_ttft_ms": 30.0, "p50_ttft_ms": 30.0, "p99_ttft_ms": 30.0,
+         "mean_input_tokens": 200.0}]
+    assert per_turn(cfg, recs[4:]) is None
+    assert _errors(recs) == {"http_500": {"count": 1, "example": "boom"}, "timeout": {"count": 2, "example": "first"}}
+    recs[1].chunk_token_source = "usage deltas"
+    assert _per_event_source(recs[:1]) == recs[0].chunk_token_source and _per_event_source(recs[:2]) == "mixed"
+    assert _per_event_source([]) is None
