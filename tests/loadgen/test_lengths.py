@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig
-from loadgen.plan.lengths import SOURCE_ESTIMATE, SOURCE_SERVER, fit_to_len
+from loadgen.plan.lengths import (
+    SOURCE_ESTIMATE,
+    SOURCE_SERVER,
+    FileTokenizer,
+    fit_to_len,
+    tokenizer_file,
+)
 from loadgen.run.runner import run
+from tests.loadgen.test_compat import _tiny_tokenizer_dir
 
 
 class _MergingTokenizer:
@@ -63,3 +74,34 @@ def test_without_tokenize_the_lengths_are_an_estimate_and_said_so(start_server, 
     assert s["completed"] == 12
     # one word per token is the estimate; the byte-level server counts several per word
     assert s["total_input_tokens"] > 2 * s["total_input_tokens_dataset"]
+
+
+def test_file_tokenizer_reads_a_file_or_a_directory_and_its_chat_template(tmp_path):
+    folder = _tiny_tokenizer_dir(tmp_path)
+    path = str(folder / "tokenizer.json")
+    assert tokenizer_file(path) == path and tokenizer_file(str(folder)) == path
+    bare = FileTokenizer(path)  # the file alone: its folder's config is still read
+    assert bare.chat_len("hello") == len(bare.encode("hello")) + 3
+    ids = bare.encode("hello world")
+    assert bare.decode([0, *ids]) == "hello world" and bare.decode([0, *ids], skip_special_tokens=False) == "<s>hello world"
+    assert bare.num_special_tokens == 1
+    (folder / "tokenizer_config.json").unlink()
+    assert FileTokenizer(str(folder)).chat_len("hello") is None and FileTokenizer(path).config == {}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "vocab.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"other has no tokenizer.json .*found: vocab.txt\)$"):
+        tokenizer_file(str(tmp_path / "other"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"found: nothing\)$"):
+        FileTokenizer(str(tmp_path / "empty"))
+
+
+def test_chat_template_gets_bos_and_eos_text_from_strings_or_dicts(tmp_path):
+    folder = _tiny_tokenizer_dir(tmp_path)
+    config = {"bos_token": {"content": "<s>"}, "eos_token": "</s>",
+              "chat_template": "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}{{ eos_token }}"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = FileTokenizer(str(folder))
+    assert tok.chat_len("hello") == len(tok.encode("hello")) + 2
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": None}))
+    assert FileTokenizer(str(folder)).chat_len("hello") == len(tok.encode("hello")) + 1
