@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -99,5 +100,13 @@ def test_record_names_the_commit_and_what_the_fingerprint_covers(tmp_path: Path)
     assert rec == {"commit": provenance.commit(), "fingerprint": provenance.fingerprint(exclude=(provenance.TORCH_ENGINE,)),
                    "fingerprint_of": ["reference_impl", "loadgen"],
                    "fingerprint_excludes": [*provenance.NEVER_MEASURED, provenance.TORCH_ENGINE]}
-    assert rec["commit"] not in ("", "unknown")
     assert provenance.commit(tmp_path) == "unknown"  # outside git
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("X = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    short = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
+    assert provenance.commit(tmp_path) == short.stdout.strip()
+    (tmp_path / "a.py").write_text("X = 2\n")
+    assert provenance.commit(tmp_path) == short.stdout.strip() + "-dirty"
