@@ -167,3 +167,121 @@ def test_per_turn_rows_and_errors_by_class():
     recs[1].chunk_token_source = "usage deltas"
     assert _per_event_source(recs[:1]) == recs[0].chunk_token_source and _per_event_source(recs[:2]) == "mixed"
     assert _per_event_source([]) is None
+
+
+def _later(rec: RequestRecord, ms: float = 1000.0) -> RequestRecord:
+    """The record with every stamp `ms` later: figures must not depend on where the clock starts."""
+    d = int(ms * MS)
+    rec.intended_ns, rec.start_ns, rec.end_ns = rec.intended_ns + d, rec.start_ns + d, rec.end_ns + d
+    rec.first_token_ns = None if rec.first_token_ns is None else rec.first_token_ns + d
+    rec.chunk_ns = [t + d for t in rec.chunk_ns]
+    return rec
+
+
+def test_summary_figures_of_a_known_run_away_from_clock_zero():
+    from loadgen.plan.config import SLO
+
+    cfg = RunConfig(request_rate=10.0, num_prompts=3, slo=SLO(ttft_ms=25.0))
+    a = _later(_rec(0, 0, [20, 40, 60], 100, usage=4))
+    b = _later(_rec(1, 100, [130, 150], 200))
+    a.usage_prompt_tokens, b.retokenized_output_tokens, a.retokenized_output_tokens = 12, 2, 3
+    a.num_empty_text_events = 1
+    a.start_ns += 2 * MS  # sent 2 ms after its intended start
+    a.server_first_output_ms, a.server_queue_ms, a.server_prefill_ms = 10.0, 2.0, 3.0
+    a.turn, b.turn = 0, 1
+    lost = _later(RequestRecord(index=2, worker=0, intended_ns=200 * MS, start_ns=200 * MS, end_ns=500 * MS,
+                                error_class="timeout", error_message="late", input_len=7, turn=1))
+    s = summarize(cfg, [a, b, lost], _health())
+    assert (s["duration"], s["completed"], s["failed"]) == (0.5, 2, 1)
+    assert (s["total_input_tokens"], s["total_input_tokens_dataset"]) == (22, 20)  # usage 12 for a, 10 for b
+    assert (s["total_output_tokens"], s["total_output_tokens_client"], s["output_tokens_usage_minus_client"],
+            s["output_tokens_source"]) == (6, 5, 1, "usage")
+    assert (s["total_output_tokens_retokenized"], s["token_event_rule"], s["num_empty_text_events"]) == (5, "loadgen", 1)
+    assert s["output_tokens_per_event_source"] == "one per content event"
+    assert (s["request_throughput"], s["input_throughput"], s["output_throughput"], s["total_throughput"]) == (
+        4.0, 44.0, 12.0, 56.0)
+    assert s["concurrency"] == pytest.approx((0.1 + 0.1) / 0.5)
+    assert s["request_goodput"] == 2.0  # TTFT 20 and 30 from the intended starts: one within 25 ms
+    assert s["mean_send_lag_ms"] == pytest.approx(2 / 3) and s["max_send_lag_ms"] == 2.0
+    assert s["ttft_split"]["requests"] == 1 and s["ttft_split"]["mean_ms"]["client_network"] == 8.0
+    assert [t["count"] for t in s["per_turn"]] == [1, 1] and s["per_turn"][1]["failed"] == 1
+    assert s["errors"] == {"timeout": {"count": 1, "example": "late"}}
+    assert s["itl_percentiles"] == "exact" and s["client_bound"] is s["client_health"]["client_bound"]
+    assert s["client_health"]["mean_send_lag_ms"] == s["mean_send_lag_ms"]
+    empty = summarize(cfg, [], _health())
+    assert (empty["duration"], empty["request_throughput"], empty["max_concurrent_requests"]) == (0.0, 0.0, 0)
+    assert "ttft_split" not in empty and "per_turn" not in empty
+
+
+def test_latencies_from_the_origin_with_tokens_per_event_exact_or_sketched():
+    from loadgen.measure.metrics import itl_ms, latencies, origin_ns, tpot_ms
+
+    rec = _later(_rec(0, 0, [20, 30, 50], 91, usage=3))
+    rec.chunk_tokens = [1.0, 2.0, 4.0]
+    rec.intended_ns -= 5 * MS
+    conc, rate = RunConfig(concurrency=1, num_prompts=1), RunConfig(request_rate=1.0, num_prompts=1)
+    assert origin_ns(conc, rec) == rec.start_ns and origin_ns(rate, rec) == rec.intended_ns
+    assert tpot_ms(_rec(1, 0, [10, 40], 40, usage=2)) == 30.0 and itl_ms(rec).tolist() == [10.0, 20.0]
+    exact = latencies(conc, [rec])
+    assert (exact["e2e_latency"], exact["ttft"], exact["tpot"]) == ([91.0], [20.0], [15.0])
+    assert exact["itl"] == [10.0, 20.0] and exact["itl_per_token"] == [5.0, 5.0]
+    sketched = latencies(RunConfig(concurrency=1, num_prompts=1, itl_sketch=True), [rec])
+    assert (sketched["e2e_latency"], sketched["ttft"], sketched["tpot"]) == ([91.0], [20.0], [15.0])
+    assert sketched["itl_per_token"].size == 2 and sketched["itl_per_token"].max == pytest.approx(5.0, rel=0.01)
+    assert latencies(rate, [rec])["e2e_latency"] == [96.0]
+    rec.chunk_tokens = [1.0]  # not one count per event: no per-token ITL
+    assert latencies(conc, [rec])["itl_per_token"] == []
+    assert latencies(RunConfig(concurrency=1, num_prompts=1, itl_sketch=True), [rec])["itl_per_token"].size == 0
+
+
+def test_itl_goes_into_a_sketch_past_the_auto_threshold(monkeypatch):
+    from loadgen.measure import metrics
+
+    monkeypatch.setattr(metrics, "ITL_SKETCH_AUTO_SAMPLES", 4)  # NOTE: 20 M gaps in the code, 4 here
+    cfg = RunConfig(concurrency=1, num_prompts=1)
+    at = RequestRecord(index=0, worker=0, intended_ns=0, start_ns=0, end_ns=0, chunk_ns=[1, 2, 3, 4, 5])  # 4 gaps
+    empty = RequestRecord(index=1, worker=0, intended_ns=0, start_ns=0, end_ns=0)
+    assert metrics.is_itl_sketched(cfg, [at, empty]) is False
+    at.chunk_ns.append(6)
+    assert metrics.is_itl_sketched(cfg, [at]) is True
+
+
+def test_goodput_tpot_rule_counts_gaps_between_tokens():
+    from loadgen.measure.metrics import _goodput
+    from loadgen.plan.config import SLO
+
+    tpot_only = RunConfig(concurrency=1, num_prompts=1, slo=SLO(tpot_ms=10.0))
+    over = _later(_rec(0, 0, [20] + [20 + 10 * k for k in range(1, 9)], 100.008))  # TPOT 80.008 / 8 > 10
+    two = _later(_rec(1, 0, [20, 70], 70))  # two tokens: TPOT 50
+    assert _goodput(tpot_only, [over, two], 1.0) == 0.0
+    one = _later(_rec(2, 0, [20], 70))
+    assert _goodput(RunConfig(concurrency=1, num_prompts=1, slo=SLO(tpot_ms=0.5)), [one], 1.0) == 1.0
+
+
+def test_ttft_split_needs_every_server_part_and_reads_each_request():
+    from loadgen.measure.metrics import ttft_split
+
+    cfg = RunConfig(concurrency=1, num_prompts=1, stream=False)
+    recs = []
+    for i, (first, queue, prefill) in enumerate(((10.0, 2.0, None), (10.0, None, 3.0), (None, 2.0, 3.0),
+                                                 (10.0, 2.0, 3.0), (20.0, 4.0, 6.0))):
+        r = _later(_rec(i, 0, [30], 40))
+        r.server_first_output_ms, r.server_queue_ms, r.server_prefill_ms = first, queue, prefill
+        recs.append(r)
+    split = ttft_split(cfg, recs)
+    assert split["requests"] == 2 and split["mean_ms"]["decode"] == 0.0  # no decode span: 0
+    assert split["p50_ms"]["queue"] == 3.0 and split["p99_ms"]["queue"] == pytest.approx(3.98)
+
+
+def test_per_turn_with_only_failures_has_no_figures():
+    from loadgen.measure.metrics import per_turn
+
+    failed = _later(RequestRecord(index=0, worker=0, intended_ns=0, start_ns=0, end_ns=0, error_class="timeout",
+                                  turn=0))
+    ok = _later(_rec(1, 0, [25], 40))
+    ok.turn = 1
+    assert per_turn(RunConfig(concurrency=1, num_prompts=2), [failed, ok]) == [
+        {"turn": 1, "count": 0, "failed": 1, "mean_ttft_ms": None, "p50_ttft_ms": None, "p99_ttft_ms": None,
+         "mean_input_tokens": None},
+        {"turn": 2, "count": 1, "failed": 0, "mean_ttft_ms": 25.0, "p50_ttft_ms": 25.0, "p99_ttft_ms": 25.0,
+         "mean_input_tokens": 10.0}]
