@@ -2,8 +2,9 @@
 # Mutation score of the modules that decide what the suite reports (issue 35), with mutmut 3.
 #   scripts/mutation.sh                          every module of pyproject's [tool.mutmut.modules]
 #   scripts/mutation.sh loadgen/sweep/stats.py   the named modules only
-# Each module runs alone, in a copy of the tree under MUTATION_DIR (default a temporary folder,
-# removed; mutmut writes mutants/ beside its config), against its own fast unit tests, at
+# Each module runs alone, in a copy of the tree's tracked files (`git add` a new test first) under
+# MUTATION_DIR (default a temporary folder, removed; mutmut writes mutants/ beside its config),
+# against its own fast unit tests, at
 # `nice -n 10` with MUTATION_JOBS children (default 2). Prints one line per module: killed,
 # survived, no tests, timeout, score = killed / (mutants - written off); then the survivors not
 # written off in tests/mutation/survivors.md, per function (each name with MUTATION_VERBOSE=1;
