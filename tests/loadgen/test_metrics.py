@@ -285,3 +285,39 @@ def test_per_turn_with_only_failures_has_no_figures():
          "mean_input_tokens": None},
         {"turn": 2, "count": 1, "failed": 0, "mean_ttft_ms": 25.0, "p50_ttft_ms": 25.0, "p99_ttft_ms": 25.0,
          "mean_input_tokens": 10.0}]
+
+
+def test_summary_hands_client_health_its_records_and_median_ttft_and_reads_given_latencies():
+    from loadgen.measure.metrics import latencies
+
+    cfg = RunConfig(concurrency=2, num_prompts=2)
+    recs = [_later(_rec(0, 0, [100, 110], 120)), _later(_rec(1, 0, [100, 120], 130))]
+    recs[0].num_coalesced_events = 1
+    s = summarize(cfg, recs, _health())
+    assert (s["output_tokens_usage_minus_client"], s["output_tokens_source"]) == (None, "client")
+    health = s["client_health"]
+    assert health["ttft_tolerance_ms"] == 5.0 and health["coalesced_share"] == 0.25  # 5% of TTFT 100 ms; 1 of 4
+    given = summarize(cfg, recs, _health(), lat=latencies(cfg, recs))
+    assert {k: v for k, v in given.items() if k != "client_health"} == {
+        k: v for k, v in s.items() if k != "client_health"}
+    recs[0].usage_completion_tokens = 2
+    assert summarize(cfg, recs, _health())["output_tokens_reconciliation"]["empty_text_events_dropped"] is False
+
+
+def test_goodput_e2e_is_read_from_the_origin_to_the_nanosecond():
+    from loadgen.measure.metrics import _goodput
+    from loadgen.plan.config import SLO
+
+    cfg = RunConfig(concurrency=1, num_prompts=1, slo=SLO(e2e_ms=100.0))
+    just_over = _later(_rec(0, 0, [20], 100))
+    just_over.end_ns += 50  # 100.00005 ms
+    assert _goodput(cfg, [just_over], 1.0) == 0.0
+    assert _goodput(cfg, [_later(_rec(1, 0, [20], 100))], 1.0) == 1.0
+
+
+def test_peaks_buckets_are_whole_seconds_from_the_start():
+    from loadgen.measure.metrics import _peaks
+
+    t0 = 5_250 * MS
+    rec = _later(_rec(0, 0, [0, 400, 999.999999, 1000], 1000), 5_250)  # the fourth token opens second 2
+    assert _peaks([rec], t0)["max_output_tokens_per_s"] == 3.0
