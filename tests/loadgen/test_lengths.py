@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 
 import pytest
 
@@ -105,3 +107,101 @@ def test_chat_template_gets_bos_and_eos_text_from_strings_or_dicts(tmp_path):
     assert tok.chat_len("hello") == len(tok.encode("hello")) + 2
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": None}))
     assert FileTokenizer(str(folder)).chat_len("hello") == len(tok.encode("hello")) + 1
+
+
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    """/tokenize and /detokenize as `self.server.script` says: a scripted target on 127.0.0.1."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.seen.append((self.path, body, self.headers.get("authorization")))
+        status, answer = self.server.script(self.path, body)
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted():
+    """Start a scripted target: `scripted(fn)` -> its base URL; fn(path, body) -> (status, json)."""
+    servers = []
+
+    def start(script):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+        server.script, server.seen = script, []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}", server.seen
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _vllm(vocab: int, context=4096, strict_fields: bool = False):
+    def script(path, body):
+        if path == "/tokenize":
+            if strict_fields and "add_special_tokens" in body:
+                return 400, {"error": "extra field"}
+            return 200, {"count": 2, "max_model_len": context, "tokens": [5, 6]}
+        ok = all(0 <= t < vocab for t in body["tokens"])
+        return (200, {"prompt": "hi"}) if ok else (400, {"error": "id out of range"})
+    return script
+
+
+def test_probe_server_finds_tokenize_and_the_context(scripted):
+    from loadgen.plan.lengths import probe_server
+
+    url, seen = scripted(_vllm(300))
+    tok, why = probe_server(url, {"authorization": "Bearer k"}, 30.0)
+    assert (why, tok.max_model_len, tok.extra, tok.encode("x")) == ("", 4096, {"add_special_tokens": False}, [5, 6])
+    assert seen[0] == ("/tokenize", {"prompt": "hello world", "add_special_tokens": False}, "Bearer k")
+    assert seen[1] == ("/detokenize", {"tokens": [5, 6]}, "Bearer k") and tok.decode([5]) == "hi"
+    tok.close()
+    url, seen = scripted(_vllm(300, strict_fields=True))
+    tok, why = probe_server(url, {}, 30.0)  # a server that refuses vLLM's extra field: asked again without
+    assert why == "" and tok.extra == {} and seen[1][1] == {"prompt": "hello world"}
+    tok.close()
+    for context in (True, 0, "4096"):
+        tok, _ = probe_server(scripted(_vllm(300, context))[0], {}, 30.0)
+        assert tok.max_model_len is None, context
+        tok.close()
+
+
+@pytest.mark.parametrize(("script", "why"), [
+    (lambda path, body: (500, {}), "HTTP 500 from /tokenize"),
+    (lambda path, body: (404, {}) if path == "/tokenize" else (200, {}), "HTTP 404 from /tokenize"),
+    (lambda path, body: (200, {"tokens": "5 6"}), "ValueError: unexpected response shape"),
+    (lambda path, body: (200, {"tokens": [5]} if path == "/tokenize" else {"prompt": 5}),
+     "ValueError: unexpected response shape"),
+    (lambda path, body: (200, {"count": 2}), "KeyError: 'tokens'"),
+    (lambda path, body: (200, {"tokens": [5]}) if path == "/tokenize" else (500, {}), "HTTP 500 from /detokenize"),
+])
+def test_probe_server_says_why_in_one_line(scripted, script, why):
+    from loadgen.plan.lengths import probe_server
+
+    assert probe_server(scripted(script)[0], {}, 30.0) == (None, why)
+
+
+def test_probe_vocab_size_bisects_to_the_first_refused_id(scripted):
+    from loadgen.plan.lengths import MAX_PROBED_VOCAB, probe_vocab_size
+
+    for vocab in (1, 2, 300, 32_000):
+        url, seen = scripted(_vllm(vocab))
+        assert probe_vocab_size(url, {"authorization": "Bearer k"}, 30.0) == (vocab, "")
+        assert seen[-1][2] == "Bearer k" and len(seen) <= 2 * vocab.bit_length() + 2
+    assert probe_vocab_size(scripted(_vllm(0))[0], {}, 30.0) == (None, "/detokenize refused token id 0")
+    every = probe_vocab_size(scripted(lambda path, body: (200, {"prompt": ""}))[0], {}, 30.0)
+    assert every == (None, f"/detokenize accepted every id up to {MAX_PROBED_VOCAB:,}: it does not check the range")
+    assert probe_vocab_size(scripted(lambda path, body: (500, {}))[0], {}, 30.0) == (
+        None, "HTTP 500 from /detokenize")
+    assert probe_vocab_size(scripted(lambda path, body: (200, {"prompt": 1}))[0], {}, 30.0) == (
+        None, "ValueError: unexpected response shape")
+    assert probe_vocab_size(scripted(lambda path, body: (422, {}))[0], {}, 30.0)[0] is None
