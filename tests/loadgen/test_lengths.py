@@ -205,3 +205,49 @@ def test_probe_vocab_size_bisects_to_the_first_refused_id(scripted):
     assert probe_vocab_size(scripted(lambda path, body: (200, {"prompt": 1}))[0], {}, 30.0) == (
         None, "ValueError: unexpected response shape")
     assert probe_vocab_size(scripted(lambda path, body: (422, {}))[0], {}, 30.0)[0] is None
+
+
+def test_file_vocab_size_is_the_base_vocabulary_without_added_tokens(tmp_path):
+    from tokenizers import Tokenizer
+
+    from loadgen.plan.lengths import file_vocab_size
+
+    folder = _tiny_tokenizer_dir(tmp_path)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    base = tok.get_vocab_size(with_added_tokens=False)
+    tok.add_special_tokens(["<|added|>"])
+    tok.save(str(folder / "tokenizer.json"))
+    assert file_vocab_size(str(folder)) == base == 305
+
+
+def test_chat_template_options_roles_and_missing_names(tmp_path):
+    folder = _tiny_tokenizer_dir(tmp_path)
+    template = ("{{ bos_token }}{{ system.message }}{% for m in messages %}\n    {% if m['role'] == 'user' %}<|user|>{% endif %}\n"
+                "{{ m['content'] }}{% endfor %}")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"bos_token": {"lstrip": True}, "chat_template": template}))
+    tok = FileTokenizer(str(folder))
+    # blocks trimmed (no newline or indent left by a tag line), an undefined name renders empty, the
+    # message's role is "user", a bos_token dict without content is no text
+    assert tok.chat_len("hello") == len(tok.encode("<|user|>hello"))
+
+
+def test_tokenizer_file_names_the_first_8_files_of_a_folder_without_it(tmp_path):
+    for name in "abcdefghi":
+        (tmp_path / f"{name}.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"found: a.txt, b.txt, c.txt, d.txt, e.txt, f.txt, g.txt, h.txt\)$"):
+        tokenizer_file(str(tmp_path))
+
+
+class _NeverSettles:
+    """Each text re-tokenises to one more token than its ids: fit_to_len can only give up."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text] + [0]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(t) for t in ids if t)
+
+
+def test_fit_to_len_that_cannot_settle_returns_the_real_count():
+    text, count = fit_to_len([ord(c) for c in "abcdef"], 4, _NeverSettles(), lambda: "z")
+    assert count == len(_NeverSettles().encode(text)) and count != 4
