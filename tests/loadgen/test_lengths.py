@@ -145,11 +145,11 @@ def scripted():
         server.server_close()
 
 
-def _vllm(vocab: int, context=4096, strict_fields: bool = False):
+def _vllm(vocab: int, context=4096, strict_fields: int = 0):
     def script(path, body):
         if path == "/tokenize":
             if strict_fields and "add_special_tokens" in body:
-                return 400, {"error": "extra field"}
+                return strict_fields, {"error": "extra field"}
             return 200, {"count": 2, "max_model_len": context, "tokens": [5, 6]}
         ok = all(0 <= t < vocab for t in body["tokens"])
         return (200, {"prompt": "hi"}) if ok else (400, {"error": "id out of range"})
@@ -165,9 +165,13 @@ def test_probe_server_finds_tokenize_and_the_context(scripted):
     assert seen[0] == ("/tokenize", {"prompt": "hello world", "add_special_tokens": False}, "Bearer k")
     assert seen[1] == ("/detokenize", {"tokens": [5, 6]}, "Bearer k") and tok.decode([5]) == "hi"
     tok.close()
-    url, seen = scripted(_vllm(300, strict_fields=True))
-    tok, why = probe_server(url, {}, 30.0)  # a server that refuses vLLM's extra field: asked again without
-    assert why == "" and tok.extra == {} and seen[1][1] == {"prompt": "hello world"}
+    for status in (400, 422):
+        url, seen = scripted(_vllm(300, strict_fields=status))
+        tok, why = probe_server(url, {}, 30.0)  # a server that refuses vLLM's extra field: asked again without
+        assert why == "" and tok.extra == {} and seen[1][1] == {"prompt": "hello world"}
+        tok.close()
+    tok, _ = probe_server(scripted(_vllm(300, 1))[0], {}, 30.0)
+    assert tok.max_model_len == 1
     tok.close()
     for context in (True, 0, "4096"):
         tok, _ = probe_server(scripted(_vllm(300, context))[0], {}, 30.0)
@@ -193,7 +197,7 @@ def test_probe_server_says_why_in_one_line(scripted, script, why):
 def test_probe_vocab_size_bisects_to_the_first_refused_id(scripted):
     from loadgen.plan.lengths import MAX_PROBED_VOCAB, probe_vocab_size
 
-    for vocab in (1, 2, 300, 32_000):
+    for vocab in (1, 2, 3, 5, 300, 777, 32_000):
         url, seen = scripted(_vllm(vocab))
         assert probe_vocab_size(url, {"authorization": "Bearer k"}, 30.0) == (vocab, "")
         assert seen[-1][2] == "Bearer k" and len(seen) <= 2 * vocab.bit_length() + 2
@@ -204,7 +208,8 @@ def test_probe_vocab_size_bisects_to_the_first_refused_id(scripted):
         None, "HTTP 500 from /detokenize")
     assert probe_vocab_size(scripted(lambda path, body: (200, {"prompt": 1}))[0], {}, 30.0) == (
         None, "ValueError: unexpected response shape")
-    assert probe_vocab_size(scripted(lambda path, body: (422, {}))[0], {}, 30.0)[0] is None
+    assert probe_vocab_size(scripted(lambda path, body: (422, {}))[0], {}, 30.0) == (
+        None, "/detokenize refused token id 0")
 
 
 def test_file_vocab_size_is_the_base_vocabulary_without_added_tokens(tmp_path):
