@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from benchmarks.gate import (
     Accept,
     allowed_ratio,
+    commit_accepts,
     flagged,
     max_ratio,
     moved,
@@ -310,3 +312,194 @@ def test_verdict_command_appends_the_summary_to_the_file_it_is_given(tmp_path):
     text = out.read_text()
     assert text.startswith("earlier step\n## asv guard: ") and "### counts: ✅ FIRED, accepted by asv-accept" in text
     assert f"Accepted by: `{head[:8]}` h2-first +3%: on purpose" in text
+
+
+COUNTS_TABLE = """\
+| Change   | Before [83069378]    | After [9f1c2a3b]    |   Ratio | Benchmark (Parameter)                                     |
+|----------|----------------------|---------------------|---------|-----------------------------------------------------------|
+| +        | 11.9k                | 12.1k               |    {ratio} | bench_instructions.TrackInstructions.track_instructions('h2-first-chunk', 'optimized') |
+"""
+# A scripted asv that judges as asv does: `continuous --factor F` flags (exit 1) a ratio above F.
+JUDGING_PYTHON = f"""#!{sys.executable}
+import os, sys
+args = sys.argv[1:]
+if args[:2] != ["-m", "asv"]:
+    os.execv({sys.executable!r}, [{sys.executable!r}, *args])
+if args[2:3] == ["continuous"]:
+    bench = args[args.index("-b") + 1]
+    ratio = float(os.environ["FAKE_COUNTS_RATIO" if "instructions" in bench else "FAKE_WALL_RATIO"])
+    table = os.environ["FAKE_COUNTS_TABLE" if "instructions" in bench else "FAKE_WALL_TABLE"]
+    print(open(table).read().format(ratio=f"{{ratio:.2f}}", after=f"{{1.5 * ratio:.2f}}"))
+    sys.exit(1 if ratio > float(args[args.index("--factor") + 1]) else 0)
+"""
+
+
+def _both_gates(tmp_path, repo, base, counts_ratio, wall_ratio):
+    """``bash scripts/asv_ci.sh BASE HEAD`` with both gates, each slowed by its ratio."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("python", JUDGING_PYTHON), ("valgrind", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "counts.txt").write_text(COUNTS_TABLE)
+    (tmp_path / "wall.txt").write_text(WALL_TABLE)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "PYTHON": str(bin_dir / "python"),
+           "FAKE_COUNTS_TABLE": str(tmp_path / "counts.txt"), "FAKE_WALL_TABLE": str(tmp_path / "wall.txt"),
+           "FAKE_COUNTS_RATIO": str(counts_ratio), "FAKE_WALL_RATIO": str(wall_ratio), "ASV_RETRIES": "1",
+           "ASV_LOG_DIR": str(tmp_path / "logs"), "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.run(["bash", "scripts/asv_ci.sh", base, "HEAD"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("counts_ratio", "wall_ratio", "fired"), [
+    (1.01, 1.0, []), (1.02, 1.0, ["counts"]),  # counts: factor 1.015, so a 2% slowdown is caught
+    (1.0, 1.19, []), (1.0, 1.21, ["wall"]),    # wall: factor 1.2
+])
+def test_ci_step_gates_fire_at_their_documented_factors(tmp_path, counts_ratio, wall_ratio, fired):
+    repo, base = _guard_repo(tmp_path)
+    _commit(repo, "A change")
+    status, out = _both_gates(tmp_path, repo, base, counts_ratio, wall_ratio)
+    assert "factor 1.015 ===" in out and "factor 1.2 ===" in out, out
+    assert status == (1 if fired else 0), out
+    for gate in ("counts", "wall"):
+        assert (f"asv gate {gate}: FIRED" in out) == (gate in fired), out
+        assert (f"asv gate {gate}: pass" in out) == (gate not in fired), out
+
+
+def _results(folder, rev: str, values: list[float]) -> None:
+    import json
+
+    name = "bench_instructions.TrackInstructions.track_instructions"
+    results = {name: [values, [["'h2-first-chunk'"], ["'legacy'", "'optimized'"]], "v"]}
+    (folder / f"{rev[:8]}-env-x.json").write_text(json.dumps({"result_columns": ["result", "params", "version"],
+                                                              "results": results}))
+
+
+def test_gate_command_line_prints_what_the_guard_script_reads(tmp_path, capsys):
+    from benchmarks.gate import main
+
+    log = tmp_path / "counts.log"
+    log.write_text(LOG)
+
+    def out(*argv: str) -> tuple[int, str]:
+        status = main(list(argv))
+        return status, capsys.readouterr().out
+
+    assert out("flagged", str(log)) == (0, "|".join("^" + re.escape(n) + "$" for n in (H2_FIRST, H3_FAILED)) + "\n")
+    assert out("ratio", str(log)) == (0, f"1.020 {H2_FIRST}\n")
+    assert out("ratio", str(log), "--match", "^bench_sse") == (0, "0.800 bench_sse.TimeChatChunk.time_encode"
+                                                                "('optimized', 'first')\n")
+    assert out("ratio", str(log), "--match", "nothing") == (0, "n/a\n")
+    _results(tmp_path, "aaaaaaaa11", [68_000.0, 11_900.0])
+    _results(tmp_path, "bbbbbbbb22", [69_360.0, 11_662.0])
+    track = "bench_instructions.TrackInstructions.track_instructions"
+    assert out("exact", str(tmp_path), "aaaaaaaa11", "bbbbbbbb22") == (
+        0, f"1.0200 {track}('h2-first-chunk', 'legacy'); lowest 0.9800\n")
+    assert out("exact", str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", "--match", "^bench_sse") == (0, "n/a\n")
+    with pytest.raises(SystemExit) as exc:
+        main([])  # a command is required
+    assert exc.value.code == 2 and "required: command" in capsys.readouterr().err
+
+
+def test_gate_verdict_command_reads_the_range_the_logs_and_stored_results(tmp_path, capsys, monkeypatch):
+    from benchmarks.gate import main
+
+    repo = _repo(tmp_path)
+    monkeypatch.chdir(repo)
+    base = _commit(repo, "Base")
+    head = _commit(repo, "Slower\n\nA quoted tag:\nasv-accept: wall . +50%: quoted\n\n"
+                         "asv-accept: counts h2-first +2%: the check buys safety")
+    log = tmp_path / "counts=1.log"  # a path may hold "="
+    log.write_text(LOG_SLOWER)
+    results = tmp_path / "results"
+    results.mkdir()
+    _results(results, base, [68_000.0, 11_900.0])
+    _results(results, head, [68_000.0, 12_138.0])  # exactly +2.0%, within the tag
+    status = main(["verdict", base, head, "counts=1", "wall=0", "--log", f"counts={log}", "--results", str(results)])
+    assert (status, capsys.readouterr().out.splitlines()) == (0, [
+        f"asv: asv-accept in {head[:8]}: counts h2-first +2%: the check buys safety",
+        f"asv: 1 asv-accept line(s) in {head[:8]} ignored: not trailers of its message (quoted or in the body)",
+        f"asv gate counts: FIRED, accepted by asv-accept (1 flagged: {H2_FIRST} 1.0200 within +2% ({head[:8]}))",
+        "asv gate wall: pass"])
+    # without stored results the table's 1.02 may be up to 1.025: past the tag's +2%
+    assert main(["verdict", base, head, "counts=1", "--log", f"counts={log}",
+                 "--results", str(tmp_path / "missing")]) == 1
+    assert f"{H2_FIRST} < 1.025 (table), past +2%" in capsys.readouterr().out
+    _commit(repo, "Typo\n\nasv-accept: counts: the old form")
+    assert main(["verdict", base, "HEAD", "counts=0"]) == 2
+    assert "does not read as" in capsys.readouterr().err
+    assert main(["verdict", base, "no-such-rev", "counts=0"]) == 2
+    assert capsys.readouterr().err.startswith(f"asv: git log {base}..no-such-rev failed: ")
+    with pytest.raises(SystemExit, match="expected GATE=VALUE with GATE one of counts, wall, got 'speed=1'"):
+        main(["verdict", base, head, "speed=1"])
+    with pytest.raises(SystemExit, match="got 'counts'"):
+        main(["verdict", base, head, "counts"])
+
+
+def test_accept_tag_bounds_and_error_texts_name_the_commit():
+    assert parse_accept("counts h2- +0.5%: r").bound_pct == 0.5 and parse_accept("wall . +1000%: r").bound_pct == 1000
+    with pytest.raises(ValueError, match=r"^asv-accept in 0123abcd: 'x' does not read as asv-accept: GATE"):
+        parse_accept("x", "0123abcd99")
+    with pytest.raises(ValueError, match=r"^asv-accept: 'both' is not a gate \(choose from counts, wall; one per"):
+        parse_accept("both . +5%: r")
+    accepts, notes = commit_accepts("0123abcd99", ["counts . +5%: r"], "S\n\nasv-accept: a\nasv-accept: b\n")
+    assert [a.commit for a in accepts] == ["0123abcd99"]
+    assert notes == ["asv: 1 asv-accept line(s) in 0123abcd ignored: not trailers of its message (quoted or in the body)"]
+
+
+def test_range_accepts_keeps_every_commits_tags_and_reads_the_subject_line(tmp_path, monkeypatch):
+    repo = _repo(tmp_path)
+    monkeypatch.chdir(repo)
+    base = _commit(repo, "Base")
+    one = _commit(repo, "One\n\nasv-accept: counts h2- +5%: one")
+    two = _commit(repo, "Two\n\nBody with a \x1f unit separator.\n\nasv-accept: wall sse +20%: two")
+    _commit(repo, "asv-accept: counts . +50%: a subject is no trailer")
+    accepts, notes = range_accepts(base, "HEAD")
+    assert sorted((a.commit, a.pattern) for a in accepts) == sorted([(one, "h2-"), (two, "sse")])
+    assert len(notes) == 1 and "ignored" in notes[0]
+    with pytest.raises(subprocess.CalledProcessError):
+        range_accepts(base, "no-such-rev")
+
+
+def test_allowed_ratio_of_a_bound_under_one_percent():
+    assert allowed_ratio([Accept("counts", ".", 0.5, "r", "c1")], "counts", "x") == pytest.approx(1.005)
+
+
+def test_table_readers_skip_short_lines_read_tilde_ratios_and_keep_the_first_of_a_tie():
+    tie = LOG.replace("~1.00", "~1.02") + "| a | b | c | d\n"
+    assert max_ratio(tie) == (1.02, H2_FIRST)  # the first row of the two at 1.02; the short line skipped
+    assert max_ratio(tie, match=".") == (1.02, H2_FIRST)
+    assert max_ratio(LOG.replace("~1.00", "~1.30"))[0] == 1.30
+    assert flagged(tie) == [H2_FIRST, H3_FAILED]
+
+
+def test_exact_ratios_keep_matching_positive_results_present_at_both_commits(tmp_path):
+    import json
+
+    from benchmarks.gate import exact_ratios
+
+    columns = ["result", "params", "version", "started_at"]  # a row may lack later columns
+    for rev, wall_s, extra in (("aaaaaaaa11", [2e-6, 1e-6], {}),
+                               ("bbbbbbbb22", [3e-6, 0.0], {"bench_sse.T.time_new": [[1.0], [], "v"]})):
+        results = {"bench_other.T.time_y": [[5.0], [], "v"], "bench_sse.T.time_encode": [wall_s, [["'a'", "'b'"]], "v"],
+                   **extra}
+        (tmp_path / f"{rev[:8]}-env-x.json").write_text(json.dumps({"result_columns": columns, "results": results}))
+    ratios = exact_ratios(str(tmp_path), "aaaaaaaa11", "bbbbbbbb22", r"^bench_sse")
+    # 0.0 (no result) and a benchmark new at HEAD are left out
+    assert ratios == {"bench_sse.T.time_encode('a')": pytest.approx(1.5)}
+
+
+def test_verdict_judges_every_gate_and_says_when_asv_left_no_table():
+    lines, status = verdict({"wall": 0, "counts": 1}, [], {})
+    assert (lines, status) == (["asv gate wall: pass", "asv gate counts: FIRED (exit 1)"], 1)
+    assert verdict({"counts": 1}, [], {"counts": LOG})[0][0] == (
+        f"asv gate counts: FIRED (2 flagged: {H2_FIRST} < 1.025 (table), no asv-accept names it; "
+        f"{H3_FAILED} failed at HEAD)")
+    nondet = verdict({"counts": 1}, [], {"counts": LOG_SLOWER + "NonDeterministic\n"})[0][0]
+    assert nondet == (f"asv gate counts: FIRED (1 flagged: {H2_FIRST} < 1.025 (table), no asv-accept names it) "
+                      "instruction counts were not reproducible (see the log)")
+    two = [Accept("counts", "h2-", 2.5, "r", "0123abcd99"), Accept("counts", "first", 1.0, "r", "4567efab99")]
+    lines, status = verdict({"counts": 1}, two, {"counts": LOG_SLOWER}, {H2_FIRST: 1.025 * 1.01})
+    assert status == 0 and lines[0].endswith("within +3.525% (0123abcd, 4567efab))"), lines

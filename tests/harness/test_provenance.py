@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,40 @@ def test_a_record_is_fresh_only_while_the_code_is_the_same(tree: Path):
 @pytest.mark.parametrize("record", [None, {}, {"commit": "abc"}])
 def test_a_missing_fingerprint_is_never_fresh(record):
     assert not provenance.is_fresh(record)
+
+
+def test_a_fingerprint_is_16_hex_digits_over_code_and_data_files(tree: Path):
+    before = provenance.fingerprint(tree)
+    assert len(before) == 16 and int(before, 16) >= 0
+    (tree / "reference_impl/tokenizer/embedded/chat.jinja").write_text("{% if x %}{{ x }}{% endif %}\n")
+    assert provenance.fingerprint(tree) != before  # a data file that is not Python is hashed as bytes
+    cache = tree / "loadgen/run/__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "stale.py").write_text("X = 1\n")
+    assert all("__pycache__" not in p.as_posix() for p in provenance.measured_files(tree))
+
+
+def test_a_record_keeps_its_excludes_and_is_fresh_by_them(tree: Path):
+    model = tree / provenance.TORCH_ENGINE / "model.py"
+    recorded = {"fingerprint": provenance.fingerprint(tree, (provenance.TORCH_ENGINE,)),
+                "fingerprint_excludes": [*provenance.NEVER_MEASURED, provenance.TORCH_ENGINE]}
+    model.write_text(model.read_text() + "\nY = 2\n")
+    assert provenance.is_fresh(recorded, tree)
+    assert not provenance.is_fresh({"fingerprint": recorded["fingerprint"]}, tree)  # no excludes: all code
+
+
+def test_record_names_the_commit_and_what_the_fingerprint_covers(tmp_path: Path):
+    rec = provenance.record((provenance.TORCH_ENGINE,))
+    assert rec == {"commit": provenance.commit(), "fingerprint": provenance.fingerprint(exclude=(provenance.TORCH_ENGINE,)),
+                   "fingerprint_of": ["reference_impl", "loadgen"],
+                   "fingerprint_excludes": [*provenance.NEVER_MEASURED, provenance.TORCH_ENGINE]}
+    assert provenance.commit(tmp_path) == "unknown"  # outside git
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("X = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    short = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
+    assert provenance.commit(tmp_path) == short.stdout.strip()
+    (tmp_path / "a.py").write_text("X = 2\n")
+    assert provenance.commit(tmp_path) == short.stdout.strip() + "-dirty"

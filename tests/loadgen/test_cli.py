@@ -6,10 +6,13 @@ import json
 import signal
 import sys
 import time
+from types import SimpleNamespace
 
 import httpx
+import pytest
 
-from loadgen.cli import main
+from loadgen.cli import _exit_code, main
+from loadgen.plan.config import RunConfig
 
 DOCUMENTED_KEYS = (
     "backend", "model_id", "dataset_name", "request_rate", "max_concurrency", "loadgen_version",
@@ -76,3 +79,14 @@ def test_strict_exits_nonzero_when_client_bound(start_server):
     rc = main(_flags(server.base_url, "--concurrency", "64", "--duration", "2", "--transport", "httpx",
                      "--workers", "1", "--strict"))
     assert rc == 3
+
+
+@pytest.mark.parametrize(("strict", "client_bound", "failed", "expected"), [
+    (True, True, 0, 3), (True, False, 0, 0), (True, None, 0, 0), (False, True, 0, 0),
+    (True, True, 8, 4),  # every request failed: 4 outranks 3
+])
+def test_strict_exit_code_follows_the_client_bound_verdict(strict, client_bound, failed, expected):
+    # NOTE: the live test above needs the client to saturate; this pins the rule on a given verdict.
+    result = SimpleNamespace(summary={"completed": 8 - failed, "failed": failed, "client_bound": client_bound},
+                             interrupted=False, workers_lost=0)
+    assert _exit_code(RunConfig(concurrency=8, num_prompts=8, strict=strict), result) == expected

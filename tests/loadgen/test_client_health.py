@@ -3,6 +3,8 @@ the refills and the clock, and names its cause; with loop stamps the loop-lag ru
 
 from __future__ import annotations
 
+import pytest
+
 from loadgen.measure.client_health import client_health
 from loadgen.measure.records import RequestRecord, WorkerHealth
 from loadgen.measure.sketch import LogHistogram
@@ -101,3 +103,23 @@ def test_the_clock_counts_a_step_of_the_realtime_clock():
     clock.offset_ns += 3 * STEP_NS  # as if CLOCK_REALTIME had been stepped back 3 ms since
     clock.recheck()
     assert clock.num_steps == 1 and clock.max_step_ns >= 3 * STEP_NS - STEP_NS // 10
+
+
+def _loop_judged(lag_ms: float = 1.0, cpu_s: float = 2.0) -> dict:
+    h = _health(source="loop", cpu_s=cpu_s)
+    h.loop_lag_ms = [lag_ms] * 200
+    return _judge(h, _records())
+
+
+@pytest.mark.parametrize(("lag_ms", "is_bound"), [(19.99, False), (20.0, True), (20.01, True)])
+def test_loop_lag_rule_is_bound_from_20_ms_inclusive(lag_ms, is_bound):
+    out = _loop_judged(lag_ms=lag_ms)
+    assert out["client_bound"] is is_bound, out
+    assert out["client_bound_reasons"] == ([f"worker 0 event-loop lag p99 {lag_ms:.1f} ms"] if is_bound else [])
+
+
+@pytest.mark.parametrize(("cpu_s", "is_bound"), [(8.99, False), (9.0, True), (9.01, True)])
+def test_cpu_share_rule_is_bound_from_90_percent_inclusive(cpu_s, is_bound):
+    out = _loop_judged(cpu_s=cpu_s)  # of a 10 s wall time
+    assert out["client_bound"] is is_bound, out
+    assert bool([r for r in out["client_bound_reasons"] if "of a core" in r]) is is_bound

@@ -144,7 +144,13 @@ def test_run_with_a_tokenizer_directory_counts_the_template(start_server, tmp_pa
     assert all(p.input_len == len(tok.encode(p.prompt)) for p in prompts)
     rendered = ["<s><|user|>" + p.prompt + "<|assistant|>" for p in prompts]
     assert data["total_input_tokens_dataset"] == sum(len(tok.encode(r)) for r in rendered)
-    assert data["total_output_tokens_retokenized"] is not None
+    # each of the 4 responses is the scripted server's 3 tokens " tok", re-tokenised without specials
+    from tokenizers import Tokenizer
+
+    per_response = len(Tokenizer.from_file(str(tok_dir / "tokenizer.json")).encode(
+        " tok" * 3, add_special_tokens=False).ids)
+    assert data["total_output_tokens"] == 4 * 3
+    assert data["total_output_tokens_retokenized"] == 4 * per_response
 
 
 def test_request_body_headers_and_saved_results(start_server, tmp_path):

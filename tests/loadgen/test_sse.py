@@ -201,6 +201,10 @@ def test_multi_line_data_is_one_event_joined_with_newlines():
     split = b'data: {"choices":[{"index":0,\ndata: "delta":{"content":"a"}}]}\n\n'
     parse_stream(rec, [split, split + USAGE + DONE], [5, 6])
     assert rec.chunk_ns == [5, 6] and rec.client_output_tokens == 2
+    # a number cut across two data lines is "3\n4" once joined (not JSON), never read as 34
+    cut = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3\ndata: 4}}\n\n'
+    rec = finish_record(RawResponse(_rec(), [TOK + cut + DONE], [1]))
+    assert rec.error_class == "malformed_sse" and rec.usage_completion_tokens is None, rec
 
 
 @pytest.mark.parametrize("event", [b'event: error\ndata: {"message":"overloaded"}\n\n',

@@ -134,6 +134,35 @@ def test_t_interval_on_known_numbers():
     assert t975(1) == pytest.approx(12.7062) and t975(100) == pytest.approx(1.98397, abs=1e-4)
 
 
+def test_t975_reads_the_table_to_30_then_the_expansion():
+    assert t975(2) == 4.3027 and t975(30) == 2.0423  # the table's last row, not the expansion's 2.04218
+    z = 1.959964
+    for df, exact in ((31, 2.039513), (40, 2.021075), (100, 1.983972), (1000, 1.962339)):
+        # Abramowitz & Stegun 26.7.5 to the 1/df^2 term, within 1e-4 of the exact quantile
+        expansion = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        assert t975(df) == pytest.approx(expansion, abs=1e-12) and t975(df) == pytest.approx(exact, abs=1e-4)
+    with pytest.raises(ValueError, match=r"^df must be >= 1$"):
+        t975(0)
+
+
+def test_interval_returns_every_key_for_one_two_and_three_repeats():
+    assert interval([5, True, "x", None]) == {"n": 1, "mean": 5.0, "std": None, "low": None, "high": None,
+                                              "kind": None}
+    two = interval([1.0, 3.0])
+    assert two == {"n": 2, "mean": 2.0, "std": pytest.approx(2 ** 0.5), "low": 1.0, "high": 3.0, "kind": "min-max"}
+    three = interval([10.0, 12.0, 14.0])
+    half = 4.3027 * 2.0 / 3 ** 0.5
+    assert three == {"n": 3, "mean": 12.0, "std": pytest.approx(2.0), "low": pytest.approx(12.0 - half),
+                     "high": pytest.approx(12.0 + half), "kind": "t95"}
+
+
+def test_touching_intervals_are_not_significant():
+    a = {"n": 3, "mean": 1.0, "low": 0.0, "high": 2.0, "kind": "t95"}
+    b = {"n": 3, "mean": 3.0, "low": 2.0, "high": 4.0, "kind": "t95"}
+    assert significant(a, b) is False and significant(b, a) is False
+    assert significant(a, {**b, "low": 2.001}) is True and significant({**b, "low": 2.001}, a) is True
+
+
 def test_significance_is_non_overlap_of_the_intervals():
     a, b = interval([10.0, 10.2, 9.8]), interval([12.0, 12.2, 11.8])
     assert significant(a, b) is True
@@ -395,3 +424,90 @@ def test_slo_boundary_on_pooled_requests_is_the_interval_high_end_inclusive():
     two_repeats = [float(v) for v in range(1, 9)] + [float(v) for v in range(9, 17)]
     assert verdict(two_repeats, 16.0) == "pass" and verdict(two_repeats, 15.99) == "marginal"
     assert verdict(two_repeats, 14.99) == "fail"
+
+
+def test_quantile_interval_ranks_at_the_edges_of_the_sample():
+    q = quantile_interval(list(range(1, 101)), 50.0)  # ranks floor(50 - 9.8) = 40 and ceil(59.8) + 1 = 61
+    assert (q["low"], q["high"], q["clipped"]) == (40.0, 61.0, None)
+    # n = 8, p50: the ranks fall exactly on the first and last values: not clipped
+    assert quantile_interval([float(v) for v in range(8, 0, -1)], 50.0) == {
+        "n": 8, "value": 4.5, "low": 1.0, "high": 8.0, "clipped": None}
+    assert quantile_interval([1.0, 2.0, 3.0], 50.0)["clipped"] == "both"
+    assert quantile_interval(list(range(1, 11)), 100.0) == {"n": 10, "value": 10.0, "low": 10.0, "high": 10.0,
+                                                             "clipped": "high"}
+    assert quantile_interval(list(range(1, 11)), 0.0) == {"n": 10, "value": 1.0, "low": 1.0, "high": 1.0,
+                                                           "clipped": "low"}
+
+
+def test_slo_verdict_entries_name_the_metric_its_interval_and_bound():
+    slo = SLO(ttft_ms=990.0, tpot_ms=50.0, e2e_ms=5000.0)
+    run = {"output_throughput": 1.0, "client_bound": False}
+    ttft = [float(v) for v in range(1, 1001)]  # p99 interval [983, 998]: marginal at 990
+    point = aggregate(1, [run], slo, 99.0, pooled={"ttft": ttft, "tpot": [10.0] * 20, "e2e_latency": [6000.0] * 20})
+    marginal = {"metric": "p99_ttft_ms", "value": pytest.approx(990.01), "low": 983.0, "high": 998.0, "bound": 990.0,
+                "clipped": None}
+    failed = {"metric": "p99_e2e_latency_ms", "value": 6000.0, "low": 6000.0, "high": 6000.0, "bound": 5000.0,
+              "clipped": "high"}
+    assert point["slo"] == {"verdict": "fail", "passed": False, "failed": [failed], "marginal": [marginal]}
+    bound = aggregate(1, [{**run, "client_bound": True}], slo, 99.0, pooled=point_pooled(ttft))["slo"]
+    assert bound == {"verdict": "unknown", "passed": None, "why": "client-bound: not used", "failed": [],
+                     "marginal": [marginal]}
+    lost = aggregate(1, [{**run, "workers_lost": 1}], slo, 99.0, pooled=point_pooled(ttft))["slo"]
+    assert lost == {"verdict": "fail", "passed": False, "marginal": [marginal],
+                    "failed": [{"metric": "workers_lost", "value": 1, "low": 1, "high": 1, "bound": 0}]}
+    missing = aggregate(1, [run], slo, 99.0)["slo"]  # rebuilt from runs without any percentile
+    assert missing == {"verdict": "unknown", "passed": None, "failed": [], "marginal": [],
+                       "why": "no value for p99_ttft_ms, p99_tpot_ms, p99_e2e_latency_ms"}
+    passed = aggregate(1, [run], SLO(tpot_ms=50.0), 99.0, pooled={"tpot": [10.0] * 20})["slo"]
+    assert passed == {"verdict": "pass", "passed": True, "failed": [], "marginal": []}
+    rebuilt = aggregate(1, [{**run, "p99_tpot_ms": 10.0}], SLO(tpot_ms=50.0), 99.0)["slo"]
+    assert rebuilt == passed  # from the runs' own p99, low = high = the mean of one repeat
+
+
+def point_pooled(ttft: list[float]) -> dict:
+    return {"ttft": ttft, "tpot": [10.0] * 20, "e2e_latency": [100.0] * 20}
+
+
+def test_aggregate_counts_repeats_interruptions_and_judges_only_a_set_slo():
+    runs = [{"output_throughput": 1.0}, {"output_throughput": 3.0, "interrupted": True}]
+    point = aggregate(4, runs, SLO(), 99.0)
+    assert (point["phase"], point["repeats"], point["interrupted"], point["slo"]) == ("sweep", 2, True, None)
+    assert aggregate(4, runs[:1], SLO(), 99.0)["interrupted"] is False
+
+
+def _sat(tput: float, ttft: float | None, e2e: float = 100.0) -> dict:
+    run = {"output_throughput": tput, "median_e2e_latency_ms": e2e}
+    if ttft is not None:
+        run["median_ttft_ms"] = ttft
+    return aggregate(1, [run], SLO(), 99.0)
+
+
+def test_over_saturation_at_its_boundaries_and_its_reasons():
+    prev = _sat(1000.0, 20.0)
+    assert oversaturated(prev, _sat(1050.0, 40.0)) == {  # exactly 1.05x: not flat
+        "stop": False, "reason": "output tok/s 1050.0 >= 1.05 x 1000.0; TTFT p50 40.0 ms > 1.5 x 20.0"}
+    assert oversaturated(prev, _sat(1049.0, 30.0, 150.0)) == {  # exactly 1.5x: not grown
+        "stop": False, "reason": "output tok/s 1049.0 < 1.05 x 1000.0; latency p50 did not grow past 1.5x"}
+    assert oversaturated(prev, _sat(1049.0, 31.0, 151.0)) == {"stop": True, "reason": (
+        "output tok/s 1049.0 < 1.05 x 1000.0; TTFT p50 31.0 ms > 1.5 x 20.0; E2E p50 151.0 ms > 1.5 x 100.0")}
+    assert oversaturated(_sat(1000.0, None), _sat(900.0, None, 200.0))["stop"] is True  # no TTFT: E2E judges
+    assert oversaturated({**prev, "client_bound": True}, prev) == {"stop": False,
+                                                                    "reason": "not judged: a client-bound point"}
+    assert oversaturated(_sat(0.0, 20.0), prev) == {"stop": False, "reason": "not judged: no output throughput"}
+
+
+def _judged(value: float, verdict: str) -> dict:
+    return {"value": value, "slo": {"verdict": verdict}}
+
+
+def test_bracket_with_ties_and_without_passes():
+    points = [_judged(2, "pass"), _judged(4, "pass"), _judged(4, "fail"), _judged(4, "marginal"), _judged(2, "marginal"),
+              _judged(3, "unknown")]
+    assert bracket(points) == {"highest_passing": 2, "lowest_failing": 4, "unknown": [3], "marginal": []}
+    assert bracket([_judged(4, "fail"), _judged(2, "marginal")]) == {
+        "highest_passing": None, "lowest_failing": 4, "unknown": [], "marginal": [2]}
+
+
+def test_next_probe_stops_at_the_tolerance_inclusive():
+    assert next_probe(1, 3, True, 0.0) == 2 and next_probe(1, 4, True, 0.0) == 2 and next_probe(1, 2, True, 0.0) is None
+    assert next_probe(10.0, 15.0, False, 0.5) is None and next_probe(10.0, 15.5, False, 0.5) == 12.75

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tracemalloc
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
@@ -98,6 +99,22 @@ def test_hash_ids_map_to_shared_blocks_and_num_prompts_takes_the_first_lines(tmp
             blocks.setdefault(hash_id, words[k * BLOCK:(k + 1) * BLOCK])
             assert words[k * BLOCK:(k + 1) * BLOCK] == blocks[hash_id]
     assert len({" ".join(b) for b in blocks.values()}) == len(blocks)  # distinct ids differ
+    words = [p.prompt.split() for p in prompts]  # hash ids [0, 1] and [0, 2]: block 0 is BLOCK words
+    assert words[2][:BLOCK] == words[0][:BLOCK] and words[2][BLOCK] != words[0][BLOCK]
+
+
+def test_with_a_tokenizer_shared_blocks_are_block_size_tokens(tmp_path):
+    from loadgen.plan.lengths import FileTokenizer
+
+    tok_dir = str(Path(__file__).parent / "fixtures/upstream/tiny_llama")
+    prompts = build_prompts(_dcfg(_trace(tmp_path), tokenizer_path=tok_dir))
+    ids = [FileTokenizer(tok_dir).encode(p.prompt) for p in prompts]
+    assert all(p.input_len == len(i) == 3 * BLOCK + 5 for p, i in zip(prompts, ids, strict=True))
+    # hash ids [0, 1], [0, 1], [0, 2], [3], [0, 1, 4], []: a shared prefix ends at a block's last token
+    assert ids[0][:2 * BLOCK] == ids[1][:2 * BLOCK] == ids[4][:2 * BLOCK]
+    assert ids[0][2 * BLOCK] != ids[1][2 * BLOCK] and ids[0][2 * BLOCK] != ids[4][2 * BLOCK]
+    assert ids[2][:BLOCK] == ids[0][:BLOCK] and ids[2][BLOCK] != ids[0][BLOCK]
+    assert ids[3][0] != ids[0][0] and ids[5][0] != ids[0][0]
 
 
 @pytest.mark.parametrize(("line", "says"), [

@@ -62,6 +62,27 @@ def test_endless_request_heads_get_431_and_memory_stays_flat():
         assert httpx.post(srv.url + "/detokenize", json=big_body, timeout=60).status_code == 200
 
 
+def _head_of(size: int) -> bytes:
+    """An incomplete request head of exactly ``size`` bytes (its end not yet sent)."""
+    start = b"GET /health HTTP/1.1\r\nHost: t\r\nX-Pad: "
+    return start + b"a" * (size - len(start))
+
+
+def test_max_request_header_bytes_flag_sets_the_cap_to_the_byte():
+    with ServerProcess("--sim-profile", "zero", "--max-request-header-bytes", "8192") as srv:
+        srv.wait_ready()
+        with socket.create_connection(("127.0.0.1", srv.port)) as at_cap:
+            at_cap.sendall(_head_of(8192))
+            at_cap.sendall(b"\r\n\r\n")
+            assert _status_line(at_cap) == b"HTTP/1.1 200 OK"
+        with socket.create_connection(("127.0.0.1", srv.port)) as past_cap:
+            past_cap.sendall(_head_of(8193))
+            past_cap.settimeout(20)
+            answer = b"".join(iter(lambda: past_cap.recv(4096), b""))  # to the server's close
+        assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer
+        assert b"The request head passed 8192 bytes" in answer
+
+
 @pytest.mark.parametrize("form", ["reference", "reference-full"])
 def test_a_client_that_stops_reading_is_cut_off_as_499(form):
     with ServerProcess("--sim-profile", "zero", "--stream-output", form,
