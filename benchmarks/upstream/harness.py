@@ -29,18 +29,20 @@ def measure_release(version: str, hot_paths: Sequence[str], python: str | None =
     return [{**row, "release": version} for row in document["rows"]]
 
 
-def compare(hot_paths: Sequence[str], release_list: Sequence[str] | None = None) -> dict:
+def compare(hot_paths: Sequence[str], release_list: Sequence[str] | None = None,
+            python: str | None = None) -> dict:
     """Every case of ``hot_paths`` on each release (default: each hot path's own pair).
 
     Returns ``{"cases": [...], "errors": [...], "seconds": ...}``; a case holds its figure per
-    release in order, and ``before``/``after`` are the first and last of them.
+    release in order, and ``before``/``after`` are the first and last of them. ``python``: the
+    interpreter of the children (default: the cached venv's).
     """
     start = time.monotonic()
     plan: dict[str, list[str]] = {}
     for hot_path in hot_paths:
         for version in release_list or releases.PAIRS[hot_path]:
             plan.setdefault(version, []).append(hot_path)
-    rows = [row for version, paths in plan.items() for row in measure_release(version, paths)]
+    rows = [row for version, paths in plan.items() for row in measure_release(version, paths, python)]
     return {"cases": _join(rows, hot_paths, release_list), "seconds": time.monotonic() - start,
             "errors": [r for r in rows if "error" in r]}
 

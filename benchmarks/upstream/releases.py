@@ -72,8 +72,11 @@ def ensure_source(version: str) -> Path:
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if not found:
         raise ReleaseError(f"no wheel of sglang=={version} in {wheels}")
-    with zipfile.ZipFile(found[0]) as wheel:
-        wheel.extractall(target, [n for n in wheel.namelist() if n.startswith("sglang/")])
+    try:
+        with zipfile.ZipFile(found[0]) as wheel:
+            wheel.extractall(target, [n for n in wheel.namelist() if n.startswith("sglang/")])
+    except zipfile.BadZipFile as exc:
+        raise ReleaseError(f"{found[0].name} cannot be unpacked: {exc}") from exc
     return target
 
 
