@@ -7,14 +7,14 @@ import json
 import sys
 
 from benchmarks.upstream import harness, releases
-from benchmarks.upstream.cases import CASES
+from benchmarks.upstream.cases import HOT_PATHS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.upstream", description=(
         "Measure upstream sglang's own hot-path functions on PyPI releases (before and after "
         "each change), building what is needed into a cached, git-ignored place."))
-    parser.add_argument("--hot-path", action="append", choices=sorted(CASES),
+    parser.add_argument("--hot-path", action="append", choices=HOT_PATHS,
                         help="a hot path to measure (repeatable; default: every one with a case)")
     parser.add_argument("--releases", type=lambda s: [v for v in s.split(",") if v],
                         help="comma-separated releases, oldest first (default: each hot path's pair)")
@@ -26,7 +26,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    hot_paths = args.hot_path or sorted(CASES)
+    hot_paths = args.hot_path or list(HOT_PATHS)
     try:
         if args.asv:
             from benchmarks.upstream import asv_repo

@@ -15,6 +15,7 @@ import inspect
 import random
 import types
 from array import array
+from collections.abc import Callable
 
 from benchmarks.common import SEED, best_time, set_single_thread
 from benchmarks.workloads.serving import _PROMPT, H2_CHUNKS, token_texts
@@ -23,6 +24,7 @@ H3_TOKENS = (1_000, 4_000)
 H3_STEPS_PER_WAKEUP = 16
 H6_TOKENS = (1_000, 4_000)
 H4_PROMPT_LEN, H4_OUTPUT_LEN = 10_000, 1_000
+H1_STREAMS = (256, 2048)
 MODEL = "bench-model"
 
 
@@ -35,6 +37,29 @@ class Row:
     value: float
     unit: str
     function: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One measured case: ``build()`` returns the callable that one call of the case is.
+
+    A timed case (``scale``: seconds to ``unit``) is timed with `best_time` by the harness and
+    by asv, and counted by callgrind; a ``scale`` of None means the callable returns the figure
+    itself (a count of loop turns).
+    """
+
+    name: str
+    hot_path: str
+    unit: str
+    scale: float | None
+    function: str
+    build: Callable[[], Callable[[], object]]
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    # NOTE: importing sglang installs uvloop's policy; the reference workloads run asyncio's own
+    # loop, and counting loop turns needs it, so every case uses asyncio's loop explicitly.
+    return asyncio.SelectorEventLoop()
 
 
 def _server_args(**overrides):
@@ -91,17 +116,6 @@ def chunk_encoder():
     return _pydantic_chunk, "protocol.ChatCompletionStreamResponse.model_dump_json"
 
 
-def h2_rows() -> list[Row]:
-    """H2: µs per encoded chunk, first / content / finish (reference: bench_sse.TimeChatChunk)."""
-    encode, name = chunk_encoder()
-    rows = []
-    for kind in H2_CHUNKS:
-        kwargs = _chunk_kwargs(kind)
-        seconds = best_time(lambda kw=kwargs: encode(**kw))
-        rows.append(Row("H2", f"h2-{kind}-chunk", seconds * 1e6, "us", name))
-    return rows
-
-
 # -- H6 (+H2): every chunk of one streamed chat request ----------------------------------------
 
 class _FakeTokenizerManager:
@@ -138,7 +152,7 @@ def chat_stream(num_tokens: int):
     serving.reasoning_parser = serving.tool_call_parser = None
     request = ChatCompletionRequest(model=MODEL, stream=True, max_tokens=num_tokens,
                                     messages=[{"role": "user", "content": _PROMPT}])
-    loop = asyncio.new_event_loop()
+    loop = _event_loop()
 
     async def stream() -> int:
         total = 0
@@ -147,16 +161,6 @@ def chat_stream(num_tokens: int):
         return total
 
     return lambda: loop.run_until_complete(stream())
-
-
-def h6_rows() -> list[Row]:
-    """H6 with H2: ms per request of 1K / 4K tokens, every SSE chunk (reference: bench_stream_deltas)."""
-    rows = []
-    for num_tokens in H6_TOKENS:
-        seconds = best_time(chat_stream(num_tokens), repeat=3, min_time=0.2)
-        rows.append(Row("H6", f"h6-chat-{num_tokens // 1000}k", seconds * 1e3, "ms",
-                        "OpenAIServingChat._generate_chat_stream"))
-    return rows
 
 
 # -- H3: one request's outputs through the tokenizer manager's batch handler --------------------
@@ -208,7 +212,7 @@ def tokenizer_manager_request(num_tokens: int, steps_per_wakeup: int = H3_STEPS_
     tm = _tokenizer_manager()
     batches = _str_batches("bench-0", num_tokens)
     handle = tm._handle_batch_output
-    loop = asyncio.new_event_loop()
+    loop = _event_loop()
     is_async = inspect.iscoroutinefunction(handle)
 
     async def request() -> int:
@@ -230,14 +234,77 @@ def tokenizer_manager_request(num_tokens: int, steps_per_wakeup: int = H3_STEPS_
     return lambda: loop.run_until_complete(request())
 
 
-def h3_rows() -> list[Row]:
-    """H3: ms per request of 1K / 4K tokens (reference: bench_stream_outputs.TimeStreamOutputs)."""
-    rows = []
-    for num_tokens in H3_TOKENS:
-        seconds = best_time(tokenizer_manager_request(num_tokens), repeat=3, min_time=0.2)
-        rows.append(Row("H3", f"h3-request-{num_tokens // 1000}k", seconds * 1e3, "ms",
-                        "TokenizerManager._handle_batch_output"))
-    return rows
+# -- H1: one engine step handed to many waiting streams --------------------------------------
+
+def count_loop_turns(loop) -> list[int]:
+    """Count ``loop``'s iterations (one per `_run_once`): the event-loop switches of a step."""
+    turns = [0]
+    run_once = loop._run_once
+
+    def counted():
+        turns[0] += 1
+        run_once()
+
+    loop._run_once = counted
+    return turns
+
+
+class WakeupStep:
+    """One engine step's `BatchStrOutput` to ``num_streams`` waiter tasks, each waiting on its
+    `ReqState.event` as `_wait_one_response` does (drain the queue), incremental output, through
+    `TokenizerManager._handle_batch_output` (sync in 0.5.10.post1, a coroutine with
+    `batch_notify_size` = 16 after). ``run()`` returns once every waiter has woken."""
+
+    def __init__(self, num_streams: int):
+        self.tm = _tokenizer_manager()
+        # NOTE: incremental output, as the reference H1 workload: every step costs the same, and
+        # no per-step copy (H3) grows with the number of steps the timing runs.
+        self.tm.server_args.batch_notify_size = 16
+        self.tm.server_args.incremental_streaming_output = True
+        self.loop = _event_loop()
+        rids = [f"bench-{i}" for i in range(num_streams)]
+        self.states = [self.loop.run_until_complete(self._state(rid)) for rid in rids]
+        one = _str_batches("x", 2)[0]
+        self.batch = dataclasses.replace(one, rids=rids, **{
+            f.name: getattr(one, f.name) * num_streams for f in dataclasses.fields(one)
+            if f.name != "rids" and isinstance(getattr(one, f.name), list)
+            and len(getattr(one, f.name)) == 1})
+        self.wakeups, self.target, self.done = 0, num_streams, asyncio.Event()
+        self.tasks = [self.loop.create_task(self._wait(s)) for s in self.states]
+        self.turns = count_loop_turns(self.loop)
+        self.run()
+
+    async def _state(self, rid):
+        return _req_state(self.tm, rid)
+
+    async def _wait(self, state) -> None:
+        while True:
+            await state.event.wait()
+            state.event.clear()
+            out = state.out_list[-1]
+            state.out_list = []
+            if out.get("text") is None:
+                out["text"] = state.get_text()
+            self.wakeups += 1
+            if self.wakeups == self.target:
+                self.done.set()
+
+    async def _step(self) -> None:
+        self.wakeups = 0
+        self.done.clear()
+        result = self.tm._handle_batch_output(self.batch)
+        if inspect.isawaitable(result):
+            await result
+        await self.done.wait()
+
+    def run(self) -> None:
+        self.loop.run_until_complete(self._step())
+
+    def loop_turns(self) -> int:
+        """Event-loop iterations of one step (deterministic for a given release)."""
+        self.turns[0] = 0
+        self.run()
+        return self.turns[0]
 
 
 # -- H4: the fill ids of one scheduled request ------------------------------------------------
@@ -257,14 +324,47 @@ def scheduled_req(prompt_len: int = H4_PROMPT_LEN, output_len: int = H4_OUTPUT_L
     return req
 
 
-def h4_rows() -> list[Row]:
-    """H4: µs per `Req.init_next_round_input` with 10K prompt + 1K output ids (no prefix cache):
-    the fill-ids rebuild (reference: bench_token_storage fill_rebuild, 10K)."""
+def _h1_turns(num_streams: int):
+    return WakeupStep(num_streams).loop_turns
+
+
+def _h2_function() -> str:
+    return chunk_encoder()[1]
+
+
+def _h2_encode(kind: str):
+    encode, kwargs = chunk_encoder()[0], _chunk_kwargs(kind)
+    return lambda: encode(**kwargs)
+
+
+def _h4_fill():
     set_single_thread()
-    req = scheduled_req()
-    seconds = best_time(req.init_next_round_input)
-    return [Row("H4", "h4-fill-rebuild-10k", seconds * 1e6, "us", "Req.init_next_round_input")]
+    return scheduled_req().init_next_round_input
 
 
-CASES = {"H2": h2_rows, "H3": h3_rows, "H4": h4_rows, "H6": h6_rows}
-"""Hot path -> the function measuring it in the current release."""
+_WAITERS = "TokenizerManager._handle_batch_output (waiter tasks)"
+CASES: tuple[Case, ...] = (
+    *(c for n in H1_STREAMS for c in (
+        Case(f"h1-step-{n}", "H1", "ms", 1e3, _WAITERS, lambda n=n: WakeupStep(n).run),
+        Case(f"h1-loop-turns-{n}", "H1", "turns", None, _WAITERS, lambda n=n: _h1_turns(n)))),
+    *(Case(f"h2-{kind}-chunk", "H2", "us", 1e6, "", lambda kind=kind: _h2_encode(kind))
+      for kind in H2_CHUNKS),
+    *(Case(f"h3-request-{n // 1000}k", "H3", "ms", 1e3, "TokenizerManager._handle_batch_output",
+           lambda n=n: tokenizer_manager_request(n)) for n in H3_TOKENS),
+    Case("h4-fill-rebuild-10k", "H4", "us", 1e6, "Req.init_next_round_input", _h4_fill),
+    *(Case(f"h6-chat-{n // 1000}k", "H6", "ms", 1e3, "OpenAIServingChat._generate_chat_stream",
+           lambda n=n: chat_stream(n)) for n in H6_TOKENS),
+)
+"""Every case, in hot-path order. H2's function name depends on the release (`chunk_encoder`)."""
+HOT_PATHS = tuple(dict.fromkeys(c.hot_path for c in CASES))
+
+
+def measure(case: Case) -> Row:
+    """``case`` on the release first on `sys.path`: best of a few short rounds (or its count)."""
+    fn = case.build()
+    if case.scale is None:
+        value = fn()
+    else:
+        repeat, min_time = (3, 0.2) if case.unit == "ms" else (5, 0.05)
+        value = best_time(fn, repeat, min_time) * case.scale
+    return Row(case.hot_path, case.name, value, case.unit, case.function or _h2_function())

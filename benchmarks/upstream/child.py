@@ -18,14 +18,17 @@ def measure(hot_paths: list[str]) -> list[dict]:
     from benchmarks.upstream import stubs
 
     stubs.install()
-    from benchmarks.upstream.cases import CASES
+    from benchmarks.upstream.cases import CASES, measure
 
     rows = []
-    for hot_path in hot_paths:
+    for case in CASES:
+        if case.hot_path not in hot_paths:
+            continue
         try:
-            rows += [dataclasses.asdict(row) for row in CASES[hot_path]()]
+            rows.append(dataclasses.asdict(measure(case)))
         except Exception as exc:  # noqa: BLE001 - a release that lacks a name is a row, not a crash
-            rows.append({"hot_path": hot_path, "error": f"{type(exc).__name__}: {exc}"})
+            rows.append({"hot_path": case.hot_path, "case": case.name,
+                         "error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
     return rows
 
 

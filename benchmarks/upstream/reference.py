@@ -13,16 +13,19 @@ import dataclasses
 
 from benchmarks.common import best_time
 from benchmarks.upstream.cases import (
+    H1_STREAMS,
     H3_STEPS_PER_WAKEUP,
     H3_TOKENS,
     H4_PROMPT_LEN,
     H6_TOKENS,
+    count_loop_turns,
 )
 from benchmarks.workloads import (
     H2_CHUNKS,
     ChunkEncoding,
     OneRequestStream,
     TokenLifecycle,
+    WakeupStep,
     form_args,
 )
 
@@ -31,6 +34,18 @@ def _chat_args(form: str):
     """H6 (incremental output, as bench_stream_deltas) with H2 in the same form."""
     args = form_args("H6", form, incremental_streaming_output=True)
     return dataclasses.replace(args, sse_encoder=form_args("H2", form).sse_encoder)
+
+
+def _turns(step):
+    """A callable giving the event-loop turns of one step of reference ``WakeupStep`` ``step``."""
+    turns = count_loop_turns(step.loop)
+
+    def count() -> int:
+        turns[0] = 0
+        step.run()
+        return turns[0]
+
+    return count
 
 
 def _workloads(form: str) -> dict:
@@ -43,6 +58,10 @@ def _workloads(form: str) -> dict:
     for n in H6_TOKENS:
         work[f"h6-chat-{n // 1000}k"] = (OneRequestStream(
             _chat_args(form), "chat", n).run, 1e3, "ms")
+    for n in H1_STREAMS:
+        step = WakeupStep(form_args("H1", form), n)
+        work[f"h1-step-{n}"] = (step.run, 1e3, "ms")
+        work[f"h1-loop-turns-{n}"] = (_turns(step), 1, "turns")
     lifecycle = TokenLifecycle(form_args("H4", form), H4_PROMPT_LEN, "fill_rebuild", num_reqs=1)
     work["h4-fill-rebuild-10k"] = (lifecycle.run, 1e6, "us")
     return work
@@ -52,8 +71,16 @@ def reference_rows(cases: set[str] | None = None) -> dict[str, dict]:
     """Case name -> {"legacy": figure, "optimized": figure, "unit": unit} (``cases``: all if None)."""
     out: dict[str, dict] = {}
     for form in ("legacy", "optimized"):
-        for case, (fn, scale, unit) in _workloads(form).items():
+        work = _workloads(form)
+        for case, (fn, scale, unit) in work.items():
             if cases is None or case in cases:
+                if unit == "turns":
+                    out.setdefault(case, {"unit": unit})[form] = fn()
+                    continue
                 repeat, min_time = (3, 0.2) if unit == "ms" else (5, 0.05)
                 out.setdefault(case, {"unit": unit})[form] = best_time(fn, repeat, min_time) * scale
+        for fn, _, _ in work.values():
+            close = getattr(getattr(fn, "__self__", None), "close", None)
+            if close is not None:
+                close()
     return out

@@ -92,7 +92,7 @@ def test_compare_picks_each_release_s_encoder_and_joins_before_after(fake_cache)
 
 def test_a_release_without_the_function_is_one_error_row(fake_cache):
     rows = harness.measure_release("0.0.2", ["H4"], python=sys.executable)
-    assert len(rows) == 1 and rows[0]["hot_path"] == "H4"
+    assert len(rows) == 1 and (rows[0]["hot_path"], rows[0]["case"]) == ("H4", "h4-fill-rebuild-10k")
     assert rows[0]["error"].startswith("ModuleNotFoundError") and "\n" not in rows[0]["error"]
 
 
