@@ -21,6 +21,8 @@ from packaging.version import Version
 from benchmarks.upstream import releases
 
 MACHINE = "upstream-releases"
+COUNT_FACTOR = 1.015
+"""As the reference count gate (benchmarks/README.md): 2% more instructions is flagged."""
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -87,6 +89,19 @@ def run(hot_paths: Sequence[str], versions: Sequence[str] | None = None) -> int:
                        "--show-stderr", env=env)
     for before, after in zip(versions, versions[1:], strict=False):
         print(f"== {before} -> {after}", flush=True)
-        _asv(conf, "compare", "--machine", MACHINE, "--split", _git(repo, "rev-parse", before),
-             _git(repo, "rev-parse", after))
+        status |= count_gate(conf, _git(repo, "rev-parse", before), _git(repo, "rev-parse", after))
     return status
+
+
+def count_gate(conf: Path, before: str, after: str) -> int:
+    """`asv compare` of two releases at the count factor; 1 if an instruction count rose past it
+    (the same rule as the CI's count gate), else 0. Prints the whole comparison."""
+    cmd = ["asv", "--config", str(conf), "compare", "--machine", MACHINE, "--split",
+           "--factor", str(COUNT_FACTOR), before, after]
+    text = subprocess.run(cmd, cwd=conf.parent, capture_output=True, text=True).stdout
+    print(text, flush=True)
+    worse = [line for line in text.splitlines()
+             if line.startswith("| +") and "track_instructions" in line]
+    if worse:
+        print(f"counts gate: {len(worse)} upstream instruction count(s) rose past {COUNT_FACTOR}")
+    return 1 if worse else 0
