@@ -29,11 +29,22 @@ from benchmarks.workloads import (
     form_args,
 )
 
+UPSTREAM_FORM = "upstream_form"
+
 
 def _chat_args(form: str):
     """H6 (incremental output, as bench_stream_deltas) with H2 in the same form."""
     args = form_args("H6", form, incremental_streaming_output=True)
     return dataclasses.replace(args, sse_encoder=form_args("H2", form).sse_encoder)
+
+
+def _h3_args(form: str):
+    """H3 in ``form``; "upstream_form" is the reference form of upstream's own change
+    (`reference-full`: the whole text filled in once per wake-up), beside the default optimized
+    form, which goes beyond upstream (only the new text per wake-up)."""
+    if form == UPSTREAM_FORM:
+        return dataclasses.replace(form_args("H3", "optimized"), stream_output="reference-full")
+    return form_args("H3", form)
 
 
 def _turns(step):
@@ -50,11 +61,15 @@ def _turns(step):
 
 def _workloads(form: str) -> dict:
     """Case name -> (timed callable, unit scale, unit) for ``form``."""
+    if form == UPSTREAM_FORM:
+        return {f"h3-request-{n // 1000}k": (OneRequestStream(
+            _h3_args(form), "tokenizer-manager", n, H3_STEPS_PER_WAKEUP).run, 1e3, "ms")
+            for n in H3_TOKENS}
     work = {f"h2-{kind}-chunk": (ChunkEncoding(form_args("H2", form), kind).run, 1e6, "us")
             for kind in H2_CHUNKS}
     for n in H3_TOKENS:
         work[f"h3-request-{n // 1000}k"] = (OneRequestStream(
-            form_args("H3", form), "tokenizer-manager", n, H3_STEPS_PER_WAKEUP).run, 1e3, "ms")
+            _h3_args(form), "tokenizer-manager", n, H3_STEPS_PER_WAKEUP).run, 1e3, "ms")
     for n in H6_TOKENS:
         work[f"h6-chat-{n // 1000}k"] = (OneRequestStream(
             _chat_args(form), "chat", n).run, 1e3, "ms")
@@ -68,9 +83,10 @@ def _workloads(form: str) -> dict:
 
 
 def reference_rows(cases: set[str] | None = None) -> dict[str, dict]:
-    """Case name -> {"legacy": figure, "optimized": figure, "unit": unit} (``cases``: all if None)."""
+    """Case name -> {"legacy": figure, "optimized": figure, "unit": unit} (``cases``: all if None),
+    and for H3 also "upstream_form" (see `_h3_args`)."""
     out: dict[str, dict] = {}
-    for form in ("legacy", "optimized"):
+    for form in ("legacy", "optimized", UPSTREAM_FORM):
         work = _workloads(form)
         for case, (fn, scale, unit) in work.items():
             if cases is None or case in cases:
