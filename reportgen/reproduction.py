@@ -385,7 +385,10 @@ def upstream_cell(summaries: Summaries, hot_path: str) -> str:
         return "not run"
     parts = []
     for c in summary.get("cases", []):
-        if c["hot_path"] in hot_path.split("+"):
+        if c["hot_path"] in hot_path.split("+") and c["reference_ratio"] is None:
+            parts.append(f"{c['case']} {c['release_before']} → {c['release_after']}: "
+                         f"{c['upstream_before']:,.0f} → {c['upstream_after']:,.0f} {c['unit']}")
+        elif c["hot_path"] in hot_path.split("+"):
             parts.append(f"{c['case']} {c['release_before']} → {c['release_after']}: "
                          f"{c['upstream_before']:,.3g} → {c['upstream_after']:,.3g} {c['unit']} "
                          f"({_times(c['upstream_ratio'])}; reference {_times(c['reference_ratio'])}"

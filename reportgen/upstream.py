@@ -38,7 +38,14 @@ def _wheels(versions: set[str]) -> dict[str, str]:
 def entry(case: dict, reference: dict) -> dict:
     """One case of the summary: upstream before/after, the reference forms, both ratios."""
     before, after = case["releases"][case["before"]], case["releases"][case["after"]]
-    ref = reference[case["case"]]
+    ref = reference.get(case["case"])
+    if ref is None:  # a figure of upstream's code alone (H5: decisions that differ from the reference)
+        return {"hot_path": case["hot_path"], "case": case["case"], "unit": case["unit"],
+                "release_before": case["before"], "release_after": case["after"],
+                "upstream_before": before, "upstream_after": after, "upstream_ratio": None,
+                "function_before": case["functions"][case["before"]],
+                "function_after": case["functions"][case["after"]], "reference_legacy": None,
+                "reference_optimized": None, "reference_ratio": None, "fidelity_finding": after != 0}
     # NOTE: where the reference has a form of upstream's own change beside its default optimized
     # one (H3), the comparison is with that form; the default optimized figure stays in the entry.
     compared = ref.get("upstream_form", ref["optimized"])
@@ -86,6 +93,11 @@ def readme(data: dict) -> str:
              "| hot path | case | upstream release before → after | upstream figure | ratio | "
              "reference legacy → optimized | ratio | fidelity finding |", "|---|---|---|---|---|---|---|---|"]
     for c in data["cases"]:
+        if c["reference_ratio"] is None:
+            lines.append(f"| {c['hot_path']} | {c['case']} | {c['release_before']} → {c['release_after']} | "
+                         f"{_figure(c['upstream_before'])} → {_figure(c['upstream_after'])} {c['unit']} | | "
+                         f"(no reference figure) | | {'yes' if c['fidelity_finding'] else 'no'} |")
+            continue
         lines.append(
             f"| {c['hot_path']} | {c['case']} | {c['release_before']} → {c['release_after']} | "
             f"{_figure(c['upstream_before'])} → {_figure(c['upstream_after'])} {c['unit']} | "

@@ -28,6 +28,7 @@ from benchmarks.workloads import (
     WakeupStep,
     form_args,
 )
+from benchmarks.workloads.decide import DecideSequence
 
 UPSTREAM_FORM = "upstream_form"
 
@@ -77,6 +78,7 @@ def _workloads(form: str) -> dict:
         step = WakeupStep(form_args("H1", form), n)
         work[f"h1-step-{n}"] = (step.run, 1e3, "ms")
         work[f"h1-loop-turns-{n}"] = (_turns(step), 1, "turns")
+    work["h5-passes-allowed"] = (DecideSequence(form).run, 1, "passes")
     lifecycle = TokenLifecycle(form_args("H4", form), H4_PROMPT_LEN, "fill_rebuild", num_reqs=1)
     work["h4-fill-rebuild-10k"] = (lifecycle.run, 1e6, "us")
     return work
@@ -90,7 +92,7 @@ def reference_rows(cases: set[str] | None = None) -> dict[str, dict]:
         work = _workloads(form)
         for case, (fn, scale, unit) in work.items():
             if cases is None or case in cases:
-                if unit == "turns":
+                if unit in ("turns", "passes"):
                     out.setdefault(case, {"unit": unit})[form] = fn()
                     continue
                 repeat, min_time = (3, 0.2) if unit == "ms" else (5, 0.05)

@@ -44,3 +44,15 @@ def test_reproduction_column_shows_each_hot_path_once_and_says_when_absent():
     assert h1h2[1:] == ["as above"] * (len(h1h2) - 1)
     assert upstream_cell({"upstream": data}, "H5") == "no upstream case yet"
     assert upstream_cell({"upstream": data}, "H2").startswith("**upstream: stale")
+
+
+def test_a_case_without_reference_figure_is_reported_alone():
+    case = {**CASE, "hot_path": "H5", "case": "h5-decisions-differ", "unit": "passes",
+            "before": "0.5.11", "after": "0.5.12", "releases": {"0.5.11": 0, "0.5.12": 8},
+            "functions": {"0.5.11": "d", "0.5.12": "d"}}
+    got = entry(case, {})
+    assert (got["reference_ratio"], got["fidelity_finding"]) == (None, True)
+    data = _summary([got])
+    assert "| H5 | h5-decisions-differ | 0.5.11 → 0.5.12 | 0 → 8 passes | | (no reference figure) | | yes |" \
+        in readme(data)
+    assert upstream_cell({"upstream": data}, "H5").endswith("h5-decisions-differ 0.5.11 → 0.5.12: 0 → 8 passes")
