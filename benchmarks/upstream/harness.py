@@ -72,7 +72,8 @@ def format_table(result: dict) -> str:
     for c in result["cases"]:
         before, after = c["releases"][c["before"]], c["releases"][c["after"]]
         lines.append(f"{c['hot_path']:<8} {c['case']:<22} {c['before'] + ' -> ' + c['after']:<28} "
-                     f"{before:>10.3f} {after:>10.3f} {c['unit']:<4} {c['ratio']:>6.3f}  "
+                     f"{before:>10.3f} {after:>10.3f} {c['unit']:<4} "
+                     f"{'n/a' if c['ratio'] is None else format(c['ratio'], '.3f'):>6}  "
                      f"{c['functions'][c['after']]}")
     lines += [f"error: {e['hot_path']} on {e['release']}: {e['error']}" for e in result["errors"]]
     lines.append(f"({result['seconds']:.0f} s; indicative figures: best of a few short rounds)")

@@ -123,3 +123,11 @@ def test_stubs_serve_torchvision_and_sgl_kernel_placeholders_that_refuse_calls()
                           cwd=releases.ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "refused"
+
+
+def test_the_table_shows_a_ratio_of_a_zero_figure_as_na():
+    case = {"hot_path": "H5", "case": "h5-decisions-differ", "unit": "passes", "before": "a",
+            "after": "b", "releases": {"a": 0, "b": 8}, "functions": {"a": "f", "b": "f"},
+            "ratio": None}
+    line = harness.format_table({"cases": [case], "errors": [], "seconds": 1.0}).splitlines()[1]
+    assert line.split()[-2] == "n/a" and "a -> b" in line
