@@ -377,6 +377,11 @@ COLUMNS = ("#", "hot path", "upstream claim", "upstream setting", "measured here
            "why they differ")
 
 
+def short_figure(value: float) -> str:
+    """Three significant digits below 100, whole numbers with thousands separators above."""
+    return f"{value:,.3g}" if value < 100 else f"{value:,.0f}"
+
+
 def upstream_cell(summaries: Summaries, hot_path: str) -> str:
     """``reports/upstream``'s cases of ``hot_path`` ("H1+H2": each): upstream's own function on
     the release before → after, its ratio and the reference forms' ratio on the same workload."""
@@ -390,7 +395,7 @@ def upstream_cell(summaries: Summaries, hot_path: str) -> str:
                          f"{c['upstream_before']:,.0f} → {c['upstream_after']:,.0f} {c['unit']}")
         elif c["hot_path"] in hot_path.split("+"):
             parts.append(f"{c['case']} {c['release_before']} → {c['release_after']}: "
-                         f"{c['upstream_before']:,.3g} → {c['upstream_after']:,.3g} {c['unit']} "
+                         f"{short_figure(c['upstream_before'])} → {short_figure(c['upstream_after'])} {c['unit']} "
                          f"({_times(c['upstream_ratio'])}; reference {_times(c['reference_ratio'])}"
                          f"{', fidelity finding' if c['fidelity_finding'] else ''})")
     if not parts:

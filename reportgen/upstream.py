@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness import provenance
 from reportgen import output
+from reportgen.reproduction import short_figure
 
 SCENARIO = "upstream"
 FIDELITY_BOUND = 0.25
@@ -81,10 +82,6 @@ def collect(hot_paths: list[str] | None = None) -> dict:
             "errors": result["errors"], "elapsed_s": round(time.time() - started, 1)}
 
 
-def _figure(value: float) -> str:
-    return f"{value:,.3g}" if value < 100 else f"{value:,.0f}"
-
-
 def readme(data: dict) -> str:
     """The summary as a table, one line per case."""
     lines = ["# Upstream sglang releases measured per hot path", "", __doc__.split("\n\n")[1], "",
@@ -95,14 +92,14 @@ def readme(data: dict) -> str:
     for c in data["cases"]:
         if c["reference_ratio"] is None:
             lines.append(f"| {c['hot_path']} | {c['case']} | {c['release_before']} → {c['release_after']} | "
-                         f"{_figure(c['upstream_before'])} → {_figure(c['upstream_after'])} {c['unit']} | | "
+                         f"{short_figure(c['upstream_before'])} → {short_figure(c['upstream_after'])} {c['unit']} | | "
                          f"(no reference figure) | | {'yes' if c['fidelity_finding'] else 'no'} |")
             continue
         lines.append(
             f"| {c['hot_path']} | {c['case']} | {c['release_before']} → {c['release_after']} | "
-            f"{_figure(c['upstream_before'])} → {_figure(c['upstream_after'])} {c['unit']} | "
-            f"{c['upstream_ratio']:.2f} | {_figure(c['reference_legacy'])} → "
-            f"{_figure(c['reference_optimized'])} {c['unit']} | {c['reference_ratio']:.2f} | "
+            f"{short_figure(c['upstream_before'])} → {short_figure(c['upstream_after'])} {c['unit']} | "
+            f"{c['upstream_ratio']:.2f} | {short_figure(c['reference_legacy'])} → "
+            f"{short_figure(c['reference_optimized'])} {c['unit']} | {c['reference_ratio']:.2f} | "
             f"{'yes' if c['fidelity_finding'] else 'no'} |")
     lines += [f"- error: {e['hot_path']} on {e['release']}: {e['error']}" for e in data["errors"]]
     return "\n".join(lines) + "\n"
