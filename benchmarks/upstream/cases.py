@@ -107,12 +107,18 @@ def _pydantic_chunk(chunk_id, created, model, index, role=None, content=None,
 
 
 def chunk_encoder():
-    """(upstream's chunk encoder of this release, its name)."""
-    from sglang.srt.entrypoints.openai import serving_chat
+    """(upstream's chunk encoder of this release, its name): `_fast_sse_content` in
+    serving_chat (0.5.11-0.5.12.post1), `build_sse_content` in sse_utils (0.5.13 on), else the
+    pydantic chunk of the releases before."""
+    import importlib
 
-    fast = getattr(serving_chat, "_fast_sse_content", None)
-    if fast is not None:
-        return fast, "serving_chat._fast_sse_content"
+    for module, name in (("serving_chat", "_fast_sse_content"), ("sse_utils", "build_sse_content")):
+        try:
+            found = importlib.import_module(f"sglang.srt.entrypoints.openai.{module}")
+        except ModuleNotFoundError:
+            continue
+        if hasattr(found, name):
+            return getattr(found, name), f"{module}.{name}"
     return _pydantic_chunk, "protocol.ChatCompletionStreamResponse.model_dump_json"
 
 

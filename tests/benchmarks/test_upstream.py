@@ -55,7 +55,7 @@ def _fast_sse_content(chunk_id, created, model, index, role=None, content=None,
 '''
 
 
-def _release(cache: Path, version: str, serving_chat: str) -> None:
+def _release(cache: Path, version: str, serving_chat: str, sse_utils: str = "") -> None:
     """A fake release tree under ``cache``: just the H2 modules (stubbed torchvision imported)."""
     pkg = cache / "src" / version / "sglang"
     openai = pkg / "srt" / "entrypoints" / "openai"
@@ -65,6 +65,8 @@ def _release(cache: Path, version: str, serving_chat: str) -> None:
     (pkg / "__init__.py").write_text("from torchvision.io import decode_jpeg  # noqa: F401\n")
     (openai / "protocol.py").write_text(PROTOCOL)
     (openai / "serving_chat.py").write_text(serving_chat)
+    if sse_utils:
+        (openai / "sse_utils.py").write_text(sse_utils)
 
 
 @pytest.fixture
@@ -72,6 +74,7 @@ def fake_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(releases, "CACHE", tmp_path)
     _release(tmp_path, "0.0.1", "from sglang.srt.entrypoints.openai.protocol import DeltaMessage\n")
     _release(tmp_path, "0.0.2", FAST)
+    _release(tmp_path, "0.0.3", "", FAST.replace("_fast_sse_content", "build_sse_content"))
     return tmp_path
 
 
@@ -88,6 +91,11 @@ def test_compare_picks_each_release_s_encoder_and_joins_before_after(fake_cache)
         assert case["ratio"] == pytest.approx(case["releases"]["0.0.2"] / case["releases"]["0.0.1"])
     table = harness.format_table(result)
     assert "0.0.1 -> 0.0.2" in table and "h2-first-chunk" in table
+
+
+def test_the_encoder_moved_to_sse_utils_is_found_there(fake_cache):
+    rows = harness.measure_release("0.0.3", ["H2"], python=sys.executable)
+    assert {r["function"] for r in rows} == {"sse_utils.build_sse_content"}
 
 
 def test_a_release_without_the_function_is_one_error_row(fake_cache):
