@@ -1,7 +1,8 @@
-"""benchmarks.upstream without sglang: the stubs, and the harness over two tiny fake "releases".
+"""benchmarks.upstream without sglang: the stubs, and the harness over three tiny fake "releases".
 
 The fake trees carry the names the adapters look for (one release before `_fast_sse_content`,
-with pydantic chunk models, one after), so the adapter choice, the child process, the
+with pydantic chunk models, one with it, one with it moved to `sse_utils` as in 0.5.13), so the
+adapter choice, the child process, the
 before/after join and the one-line errors run for real. Nothing is downloaded.
 """
 
