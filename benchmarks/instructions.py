@@ -192,10 +192,6 @@ def _total(path: Path) -> int:
 
 def _child(manifest_path: str, only: str | None) -> None:
     _pin_sources_of_variation()
-    import gc
-
-    import torch
-
     from benchmarks.common import set_single_thread
 
     set_single_thread()
@@ -213,10 +209,24 @@ def _child(manifest_path: str, only: str | None) -> None:
             for _ in range(min(case.calls, 3) + 1):
                 run()
             built.append((key, case.calls, workload))
+    regions = count_regions([(key, calls, workload.run) for key, calls, workload in built])
+    for _, _, workload in built:
+        close = getattr(workload, "close", None)
+        if close is not None:
+            close()
+    Path(manifest_path).write_text(json.dumps({"regions": regions, "unavailable": unavailable}))
+
+
+def count_regions(built: list[tuple[str, int, Callable[[], object]]]) -> list[dict]:
+    """In the callgrind child: turn instrumentation on and count each ``(key, calls, run)`` twice,
+    each count dumped on its own; the manifest's regions, in dump order."""
+    import gc
+
+    import torch
+
     _instrumentation_on()
     regions = []
-    for key, calls, workload in built:
-        run = workload.run
+    for key, calls, run in built:
         run()  # translations made under instrumentation, before the count
         for _ in range(2):
             gc.collect()
@@ -226,11 +236,7 @@ def _child(manifest_path: str, only: str | None) -> None:
                 run()
             torch._C._valgrind_toggle_and_dump_stats()
         regions.append({"key": key, "calls": calls})
-    for _, _, workload in built:
-        close = getattr(workload, "close", None)
-        if close is not None:
-            close()
-    Path(manifest_path).write_text(json.dumps({"regions": regions, "unavailable": unavailable}))
+    return regions
 
 
 def _pin_sources_of_variation() -> None:

@@ -20,6 +20,7 @@ from reportgen.reproduction import (
 )
 from reportgen.runner import ReportError, run_scenario
 from reportgen.scenarios import SCENARIOS, SMALLEST_SCALE
+from reportgen.upstream import SCENARIO as UPSTREAM
 
 MAX_RATE_HZ = 10_000
 
@@ -52,7 +53,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="print the markdown table (rows of up to 2,500 characters), not the "
                           "terminal view (one wrapped block per claim)")
     run = sub.add_parser("run", help="run one scenario and write its report")
-    run.add_argument("scenario", choices=sorted(SCENARIOS))
+    run.add_argument("scenario", choices=sorted([*SCENARIOS, UPSTREAM]),
+                     help=f"a scenario, or {UPSTREAM!r}: upstream sglang releases per hot path "
+                          "(downloads them once into .cache/upstream; --scale and the server "
+                          "flags do not apply)")
     run.add_argument("--scale", type=_number(float, SMALLEST_SCALE, 1.0, "--scale"), default=1.0,
                      help=f"shrink streams, prompts and lengths ({SMALLEST_SCALE} .. 1.0); below 1 "
                           f"the report goes to {output.SCRATCH_DIR.relative_to(output.ROOT)}/ by default")
@@ -112,6 +116,16 @@ def main(argv: list[str] | None = None) -> int:
             if args.update_readme and update_readme(args.reports_dir / "README.md", text):
                 print(f"updated {args.reports_dir / 'README.md'}", file=sys.stderr)
         except SummaryError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        return 0
+    if args.scenario == UPSTREAM:
+        from benchmarks.upstream.releases import ReleaseError
+        from reportgen.upstream import write as write_upstream
+
+        try:
+            print(f"written to {write_upstream(args.out_dir)}")
+        except ReleaseError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
         return 0

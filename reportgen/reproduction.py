@@ -373,20 +373,50 @@ def readme_table(readme: Path) -> str:
 
 
 COLUMNS = ("#", "hot path", "upstream claim", "upstream setting", "measured here", "setting here",
-           "ratio here", "second setting here (2 cores)", "why they differ")
+           "ratio here", "upstream code, release before → after", "second setting here (2 cores)",
+           "why they differ")
+
+
+def short_figure(value: float) -> str:
+    """Three significant digits below 100, whole numbers with thousands separators above."""
+    return f"{value:,.3g}" if value < 100 else f"{value:,.0f}"
+
+
+def upstream_cell(summaries: Summaries, hot_path: str) -> str:
+    """``reports/upstream``'s cases of ``hot_path`` ("H1+H2": each): upstream's own function on
+    the release before → after, its ratio and the reference forms' ratio on the same workload."""
+    summary = summaries.get("upstream")
+    if summary is None:
+        return "not run"
+    parts = []
+    for c in summary.get("cases", []):
+        if c["hot_path"] in hot_path.split("+") and c["reference_ratio"] is None:
+            parts.append(f"{c['case']} {c['release_before']} → {c['release_after']}: "
+                         f"{c['upstream_before']:,.0f} → {c['upstream_after']:,.0f} {c['unit']}")
+        elif c["hot_path"] in hot_path.split("+"):
+            parts.append(f"{c['case']} {c['release_before']} → {c['release_after']}: "
+                         f"{short_figure(c['upstream_before'])} → {short_figure(c['upstream_after'])} {c['unit']} "
+                         f"({_times(c['upstream_ratio'])}; reference {_times(c['reference_ratio'])}"
+                         f"{', fidelity finding' if c['fidelity_finding'] else ''})")
+    if not parts:
+        return "no upstream case yet"
+    why = staleness(summary)
+    return (f"**upstream: {why}** " if why else "") + "; ".join(parts)
 
 
 def rows(summaries: Summaries, why: dict[int, str] | None = None) -> list[tuple[str, ...]]:
     """Each claim's cells, in COLUMNS order; "not run" where its report is missing."""
-    out = []
+    out, shown = [], set()
     for i, claim in enumerate(CLAIMS, 1):
         measured, ratio = _measured(claim.measure, summaries)
         alt = ""
         if claim.measure_alt is not None:
             alt_measured, alt_ratio = _measured(claim.measure_alt, summaries)
             alt = f"{alt_measured} ({alt_ratio}); {claim.setting_alt}" if alt_ratio else alt_measured
+        upstream = "as above" if claim.hot_path in shown else upstream_cell(summaries, claim.hot_path)
+        shown.add(claim.hot_path)
         out.append((str(i), claim.hot_path, claim.claim, claim.upstream_setting, measured,
-                    claim.setting_here, ratio, alt, (why or {}).get(i, claim.why)))
+                    claim.setting_here, ratio, upstream, alt, (why or {}).get(i, claim.why)))
     return out
 
 
