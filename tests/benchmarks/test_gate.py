@@ -298,17 +298,18 @@ def test_summary_gives_each_gates_verdict_moved_benchmarks_and_accepting_tags():
     assert "Accepted by: `c1abcdef` h2-first +3%: the check buys safety" in text
 
 
-def test_verdict_command_appends_the_summary_to_the_file_it_is_given(tmp_path):
+def test_verdict_command_appends_the_summary_to_the_file_it_is_given(tmp_path, capsys, monkeypatch):
+    from benchmarks.gate import main
+
     repo = _repo(tmp_path)
+    monkeypatch.chdir(repo)  # NOTE: in-process, so that mutation testing sees the --summary path
     base = _commit(repo, "base")
     head = _commit(repo, "slower\n\nasv-accept: counts h2-first +3%: on purpose")
     log, out = tmp_path / "counts.log", tmp_path / "summary.md"
     log.write_text(LOG_SLOWER)
     out.write_text("earlier step\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/gate.py"), "verdict", base, head, "counts=1",
-                           "--log", f"counts={log}", "--summary", str(out)], cwd=repo, capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert main(["verdict", base, head, "counts=1", "--log", f"counts={log}", "--summary", str(out)]) == 0
+    assert capsys.readouterr().out.endswith(f"asv: Markdown summary appended to {out}\n")
     text = out.read_text()
     assert text.startswith("earlier step\n## asv guard: ") and "### counts: ✅ FIRED, accepted by asv-accept" in text
     assert f"Accepted by: `{head[:8]}` h2-first +3%: on purpose" in text
