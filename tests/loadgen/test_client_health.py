@@ -123,3 +123,138 @@ def test_cpu_share_rule_is_bound_from_90_percent_inclusive(cpu_s, is_bound):
     out = _loop_judged(cpu_s=cpu_s)  # of a 10 s wall time
     assert out["client_bound"] is is_bound, out
     assert bool([r for r in out["client_bound_reasons"] if "of a core" in r]) is is_bound
+
+
+def _sketch(values: list[float]) -> dict:
+    s = LogHistogram()
+    s.add(values)
+    return s.to_dict()
+
+
+def _exact_records() -> list[RequestRecord]:
+    """100 requests of 10 events: three TTFTs uncertain (10, 20, 40 ms), 10 of the 1,000 events
+    uncertain (1%, the rule's bound), slots refilled 1 ms late but for one late 80 ms and one early."""
+    out = []
+    for i in range(100):
+        start = i * 100 * MS
+        refill = {0: None, 98: -5 * MS, 99: 80 * MS}.get(i, 1 * MS)
+        out.append(RequestRecord(index=i, worker=3, intended_ns=start, start_ns=start, end_ns=start + 90 * MS,
+                                 first_token_ns=start + 20 * MS, chunk_ns=[start + (20 + 7 * k) * MS for k in range(10)],
+                                 ttft_uncertainty_ns={97: 10 * MS, 98: 20 * MS, 99: 40 * MS}.get(i, 0),
+                                 num_coalesced_events=2 if i < 10 else 0, num_uncertain_events=1 if i < 10 else 0,
+                                 slot_freed_ns=None if refill is None else start - refill))
+    return out
+
+
+def test_every_figure_of_a_kernel_stamped_run_on_two_ray_hosts():
+    """Each figure of the verdict from known stamps, reads and ticks (a figure read from the wrong
+    field, percentile or sum fails here), and the reasons, note and cause word for word."""
+    busy = WorkerHealth(worker=3, cpu_s=9.5, wall_s=10.0, loop_lag_ms=[60.0] * 9 + [100.0] + [1.0] * 186 + [30.0, 30.0, 40.0, 50.0],
+                        lag_at_s=[i / 20 for i in range(200)], full_at_s=2.0, limit=8, host="10.0.0.1", node_id="n1",
+                        stamp_source="kernel", client_delay=_sketch([0.1, 0.2, 5.0]), num_events=1000,
+                        parse_cpu_s=0.5, sys_cpu_s=1.5, num_sleeps=300, run_wait_ms=[0.0] * 195 + [5.0] * 4 + [25.0],
+                        num_involuntary_switches=7, num_unstamped_reads=2, num_stamp_after_read=1, num_clock_steps=1,
+                        max_clock_step_ms=4.0, num_full_reads=3, max_queued_bytes=2048)
+    idle = WorkerHealth(worker=4, cpu_s=1.0, wall_s=10.0, loop_lag_ms=[1.0] * 200, limit=2, host="10.0.0.2",
+                        node_id="n2", stamp_source="kernel", client_delay=_sketch([1.0, 2.0]), num_clock_steps=2,
+                        max_clock_step_ms=6.0, num_full_reads=1, max_queued_bytes=4096)
+    out = client_health(CFG, [busy, idle], [1.0, 2.0, 3.0, 10.0], 100, _exact_records(), median_ttft_ms=100.0)
+    reference = LogHistogram()
+    reference.add([0.1, 0.2, 5.0, 1.0, 2.0])
+    p50, p99 = reference.percentile([50, 99])
+    assert out.pop("client_delay") == {"reads": 5, "mean_ms": pytest.approx(1.66), "p50_ms": p50, "p99_ms": p99,
+                                       "max_ms": 5.0}
+    assert out.pop("workers") == [
+        {"worker": 3, "cpu_s": 9.5, "wall_s": 10.0, "cpu_share": 0.95, "stamp_source": "kernel",
+         "loop_lag_p50_ms": 1.0, "loop_lag_p99_ms": pytest.approx(60.0), "loop_lag_max_ms": 100.0,
+         "loop_lag_steady_p99_ms": pytest.approx(36.2), "startup_burst_s": 3.0, "num_events": 1000,
+         "parse_cpu_s": 0.5, "read_cpu_us_per_event": 9500.0, "parse_cpu_us_per_event": 500.0,
+         "cpu_us_per_event": 10000.0, "sys_cpu_s": 1.5, "sleeps_per_s": 30.0, "run_wait_share": 0.0045,
+         "run_wait_p99_ms": pytest.approx(5.0), "involuntary_switches": 7, "client_bound": False,
+         "host": "10.0.0.1", "node_id": "n1", "streams": 8},
+        {"worker": 4, "cpu_s": 1.0, "wall_s": 10.0, "cpu_share": 0.1, "stamp_source": "kernel",
+         "loop_lag_p50_ms": 1.0, "loop_lag_p99_ms": 1.0, "loop_lag_max_ms": 1.0, "loop_lag_steady_p99_ms": None,
+         "startup_burst_s": None, "num_events": 0, "parse_cpu_s": 0.0, "read_cpu_us_per_event": None,
+         "parse_cpu_us_per_event": None, "cpu_us_per_event": None, "sys_cpu_s": 0.0, "sleeps_per_s": 0.0,
+         "run_wait_share": None, "run_wait_p99_ms": None, "involuntary_switches": 0, "client_bound": False,
+         "host": "10.0.0.2", "node_id": "n2", "streams": 2}]
+    assert out == {
+        "client_bound": True,
+        "client_bound_reasons": [
+            "TTFT stamps uncertain: p99 20.2 ms past the 5.0 ms tolerance (3.0% of first tokens shared a read "
+            "with later bytes)",
+            "the realtime clock stepped 3 time(s) (max 6.0 ms): kernel stamps near a step are off by up to that"],
+        "client_bound_cause": "worker 3 on 10.0.0.1 saturated its core (95%, 10000.0 µs per event): add workers "
+                              "(--workers) or cores",
+        "client_health_notes": ["worker 3 on 10.0.0.1 used 95% of a core (event-loop lag p99 60.0 ms); its "
+                                "latencies come from kernel stamps"],
+        "stamp_source": "kernel", "coalesced_share": 0.02, "uncertain_event_share": 0.01,
+        "ttft_exact_share": 0.97, "ttft_uncertainty_p99_ms": pytest.approx(20.2), "ttft_uncertainty_max_ms": 40.0,
+        "ttft_tolerance_ms": 5.0, "clock_steps": 3, "max_clock_step_ms": 6.0, "stamps_after_read": 1,
+        "unstamped_reads": 2,
+        "drain": {"full_reads": 4, "window_full_reads": 0, "max_queued_bytes": 4096},
+        "refill": {"refill_lag_p50_ms": 1.0, "refill_lag_p99_ms": pytest.approx(1 + 0.02 * 79),
+                   "idle_share": pytest.approx(177 / (177 + 99 * 90))},
+        "hosts": [{"host": "10.0.0.1", "node_id": "n1", "workers": [3], "streams": 8, "client_bound": False},
+                  {"host": "10.0.0.2", "node_id": "n2", "workers": [4], "streams": 2, "client_bound": False}],
+        "mean_send_lag_ms": 4.0, "p99_send_lag_ms": pytest.approx(3 + 0.97 * 7), "max_send_lag_ms": 10.0}
+
+
+def _loop_worker(worker: int, cpu_s: float, lag_ms: float, node: str = "", wait_ms: float = 0.0, **kw) -> WorkerHealth:
+    return WorkerHealth(worker=worker, cpu_s=cpu_s, wall_s=10.0, loop_lag_ms=[lag_ms] * 200, limit=4, host=node and f"host-{node}",
+                        node_id=node, run_wait_ms=[wait_ms] * 200, num_involuntary_switches=worker, **kw)
+
+
+def test_a_host_is_client_bound_when_any_of_its_workers_is_and_counts_its_streams():
+    health = [_loop_worker(0, 9.5, 1.0, "n1"), _loop_worker(1, 1.0, 1.0, "n1"), _loop_worker(2, 1.0, 1.0, "n2")]
+    out = client_health(CFG, health, [0.0], 10, _records(10))
+    assert out["hosts"] == [
+        {"host": "host-n1", "node_id": "n1", "workers": [0, 1], "streams": 8, "client_bound": True},
+        {"host": "host-n2", "node_id": "n2", "workers": [2], "streams": 4, "client_bound": False}]
+    assert [w["client_bound"] for w in out["workers"]] == [True, False, False]
+    assert out["client_bound_reasons"] == ["worker 0 on host-n1 used 95% of a core"]
+    assert out["client_bound_cause"] == ("worker 0 on host-n1 saturated its core (95%, 0.0 µs per event): add "
+                                         "workers (--workers) or cores")
+    assert "hosts" not in client_health(CFG, [_loop_worker(0, 9.5, 1.0)], [0.0], 10, _records(10))
+
+
+def test_the_cause_of_a_late_loop_names_the_latest_worker_and_a_busy_machine_every_waiting_one():
+    late = client_health(CFG, [_loop_worker(0, 1.0, 25.0), _loop_worker(1, 2.0, 30.0)], [0.0], 10, _records(10))
+    assert late["client_bound_reasons"] == ["worker 0 event-loop lag p99 25.0 ms", "worker 1 event-loop lag p99 30.0 ms"]
+    assert late["client_bound_cause"] == ("worker 1's event loop fell behind (lag p99 30.0 ms) at 20% of a core and "
+                                          "no measured wait for a CPU")
+    health = [_loop_worker(0, 9.5, 1.0, wait_ms=5.0), _loop_worker(1, 1.0, 1.0, wait_ms=6.0), _loop_worker(2, 1.0, 1.0)]
+    busy = client_health(CFG, health, [0.0], 10, _records(10))
+    assert busy["client_bound_cause"] == (
+        "the machine is busy: worker 0 waited for a CPU held by other processes 10% of the time (p99 5.0 ms per 50 ms "
+        "tick, 0 preemptions) while using 95% of a core; the machine is busy: worker 1 waited for a CPU held by other "
+        "processes 12% of the time (p99 6.0 ms per 50 ms tick, 1 preemptions) while using 10% of a core")
+    # not bound: with loop stamps the busy machine is a note without the kernel stamps' reassurance
+    quiet = client_health(CFG, health[1:], [0.0], 10, _records(10))
+    assert quiet["client_bound"] is False and quiet["client_bound_cause"] is None
+    assert quiet["client_health_notes"] == [busy["client_bound_cause"].split("; ")[1]]
+
+
+def test_rate_mode_send_lag_is_a_reason_from_20_ms_inclusive_with_no_worker_to_blame():
+    rate = RunConfig(request_rate=10.0, num_prompts=8)
+    out = client_health(rate, [], [20.0] * 4, 4)
+    assert out["client_bound"] is True and out["client_bound_reasons"] == ["send lag p99 20.0 ms"]
+    assert out["client_bound_cause"] == "unknown" and out["stamp_source"] == "loop" and "hosts" not in out
+    assert out["client_delay"] is None and out["refill"] is None and out["clock_steps"] == 0
+    assert out["drain"] == {"full_reads": 0, "window_full_reads": 0, "max_queued_bytes": 0}
+    assert client_health(rate, [], [19.99] * 4, 4)["client_bound"] is False
+    assert client_health(CFG, [], [30.0] * 4, 4)["client_bound"] is False  # concurrency mode: no send schedule
+
+
+def test_stamp_source_of_a_mixed_client_and_steady_lag_from_its_twentieth_sample():
+    kernel, loop = _health("kernel"), _health("loop")
+    assert client_health(CFG, [kernel, loop], [0.0], 1)["stamp_source"] == "mixed"
+    assert client_health(CFG, [kernel, kernel], [0.0], 1)["stamp_source"] == "kernel"
+    h = _loop_worker(0, 1.0, 1.0, lag_at_s=[i / 20 for i in range(41)], full_at_s=0.0)
+    h.loop_lag_ms = [1.0] * 41
+    w = client_health(CFG, [h], [0.0], 1)["workers"][0]
+    assert (w["loop_lag_steady_p99_ms"], w["startup_burst_s"]) == (1.0, 1.0)  # 20 samples after 1.0 s
+    h.lag_at_s, h.loop_lag_ms = h.lag_at_s[:-1], h.loop_lag_ms[:-1]
+    assert client_health(CFG, [h], [0.0], 1)["workers"][0]["loop_lag_steady_p99_ms"] is None  # 19
+    h.lag_at_s = h.lag_at_s[:-1]  # stamps that do not match the samples: no steady state
+    assert client_health(CFG, [h], [0.0], 1)["workers"][0]["startup_burst_s"] is None
