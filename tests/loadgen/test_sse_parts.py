@@ -14,6 +14,7 @@ from loadgen.run.sse import (
     _any_stream,
     _common_stream,
     _take_server_timing,
+    parse_server_timing_header,
     parse_stream,
     parse_whole,
 )
@@ -168,3 +169,45 @@ def test_kernel_uncertainty_is_the_stamp_minus_its_reads_floor_and_late_past_the
     parse_stream(rec, chunks, stamps, reads=Reads(loop_stamps=loop, is_kernel=True, floors=floors))
     assert rec.chunk_ns == [13 * ms, 22 * ms, 32 * ms]
     assert (rec.num_coalesced_events, rec.ttft_uncertainty_ns, rec.num_uncertain_events) == (2, 3 * ms, 1)
+
+
+def test_crlf_events_each_in_a_read_take_that_reads_stamp():
+    events = [e.replace(b"\n", b"\r\n") for e in (E0, E1, E0, DONE)]
+    rec = _rec()
+    parse_stream(rec, events, [10, 20, 30, 40])
+    assert rec.chunk_ns == [10, 20, 30]
+
+
+def test_loop_stamps_give_no_uncertainty_and_no_client_delay():
+    rec, delays = _rec(), []
+    parse_stream(rec, [E0, E1, DONE], [1, 2, 3], client_delays=delays)
+    assert delays == [] and rec.ttft_uncertainty_ns is None
+    rec = _rec()  # kernel stamps without the reads' floors: no bound claimed, no crash
+    parse_stream(rec, [E0, E1, DONE], [1, 2, 3], reads=Reads(loop_stamps=[1, 2, 3], is_kernel=True))
+    assert rec.ttft_uncertainty_ns is None and rec.chunk_ns == [1, 2]
+
+
+def test_a_usage_event_between_tokens_and_usage_that_does_not_grow():
+    def tok(text: str, used: int) -> bytes:
+        return (b'data: {"choices":[{"delta":{"content":"%s"}}],"usage":{"prompt_tokens":1,"completion_tokens":%d}}\n\n'
+                % (text.encode(), used))
+
+    rec = _rec()
+    parse_stream(rec, [tok("a", 1), USAGE.replace(b"2}", b"1}"), tok("b", 1), tok("c", 3), DONE], [1, 2, 3, 4, 5])
+    assert (rec.chunk_ns, rec.chunk_tokens) == ([1, 3, 4], [1.0, 0.0, 2.0])
+
+
+@pytest.mark.parametrize("choices", [
+    b'{"delta":{"reasoning_content":""}}', b'{"delta":{"reasoning":""}}', b'{"text":""}',
+    b'{"delta":{}},{"delta":{"content":""}}', b'{"text":null},{"text":""}',
+])
+def test_an_empty_text_in_any_field_of_any_choice_is_an_empty_text_event(choices):
+    rec = _rec()
+    parse_stream(rec, [E0, b'data: {"choices":[' + choices + b"]}\n\n", E1, DONE], [1, 2, 3, 4], rule="sglang")
+    assert rec.num_empty_text_events == 1 and rec.chunk_ns == [1, 3]
+
+
+def test_a_server_timing_header_value_with_stray_characters_is_skipped():
+    rec = _rec()
+    parse_server_timing_header(rec, b'queue;dur=X1.5X, prefill;dur="2.5", prefill_steps;desc="X3"')
+    assert (rec.server_queue_ms, rec.server_prefill_ms, rec.server_prefill_steps) == (None, 2.5, None)
