@@ -211,3 +211,47 @@ def test_a_server_timing_header_value_with_stray_characters_is_skipped():
     rec = _rec()
     parse_server_timing_header(rec, b'queue;dur=X1.5X, prefill;dur="2.5", prefill_steps;desc="X3"')
     assert (rec.server_queue_ms, rec.server_prefill_ms, rec.server_prefill_steps) == (None, 2.5, None)
+
+
+def _event(content: str | None, finish: str | None = None, used: int | None = -1) -> bytes:
+    """A chat event; `used`: its streamed completion_tokens (-1: no usage, None: usage without it)."""
+    delta = "{}" if content is None else f'{{"content":"{content}"}}'
+    fin = "null" if finish is None else f'"{finish}"'
+    usage = "" if used == -1 else (',"usage":{"prompt_tokens":1}' if used is None else
+                                   f',"usage":{{"prompt_tokens":1,"completion_tokens":{used}}}')
+    return f'data: {{"choices":[{{"delta":{delta},"finish_reason":{fin}}}]{usage}}}\n\n'.encode()
+
+
+def _closing(events: list[bytes]) -> tuple[RequestRecord, str]:
+    rec = _rec()
+    return rec, parse_stream(rec, events + [DONE], list(range(1, len(events) + 2)), want_text=True)
+
+
+def test_streamed_usage_decides_whether_the_closing_event_carried_a_token():
+    # usage grew 1 -> 3 in "b": two tokens; the closing event's usage stays 3: it carried none,
+    # though counting events (2) against the final usage (3) would say it did
+    rec, _ = _closing([_event("a", used=1), _event("b", used=3), _event("", "stop", used=3)])
+    assert (rec.chunk_ns, rec.chunk_tokens, rec.num_empty_text_events) == ([1, 2], [1.0, 2.0], 0)
+    # it grew 1 -> 2 at the closing event: a token, as an empty-text event with its usage
+    rec, text = _closing([_event("a", used=1), _event("", "stop", used=2)])
+    assert (rec.chunk_ns, rec.chunk_tokens, rec.chunk_token_source) == ([1, 2], [1.0, 1.0], "usage deltas")
+    assert rec.num_empty_text_events == 1 and text == "a"
+    # the first usage seen is the closing event's: it grew from none
+    rec, _ = _closing([_event("a"), _event("", "stop", used=1), USAGE.replace(b"2}", b"1}")])
+    assert (rec.chunk_ns, rec.num_empty_text_events) == ([1, 2], 1)
+    # usage without completion_tokens counts none
+    assert _closing([_event("", "stop", used=None)])[0].num_empty_text_events == 0
+    # the usage before is the latest one before the closing event
+    rec, _ = _closing([_event("a", used=1), _event("b", used=2), _event("c"), _event("", "stop", used=2)])
+    assert rec.num_empty_text_events == 0
+
+
+def test_without_streamed_usage_the_final_usage_against_the_events_decides():
+    usage = USAGE.replace(b"2}", b"3}")
+    # "a" and an empty-text event taken (2 tokens), the final usage 3: the closing event carried
+    # the third, an empty-text event like the one before it
+    rec, text = _closing([_event("a"), _event(""), _event(None, "stop"), usage])
+    assert (rec.chunk_ns, rec.num_empty_text_events, text) == ([1, 2, 3], 2, "a")
+    # a final usage without completion_tokens counts none
+    rec, _ = _closing([_event(None, "stop"), b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n'])
+    assert (rec.chunk_ns, rec.num_empty_text_events) == ([], 0)
