@@ -23,6 +23,7 @@ E0 = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
 E1 = b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
 USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
 DONE = b"data: [DONE]\n\n"
+ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 
 
 def _rec() -> RequestRecord:
@@ -255,3 +256,17 @@ def test_without_streamed_usage_the_final_usage_against_the_events_decides():
     # a final usage without completion_tokens counts none
     rec, _ = _closing([_event(None, "stop"), b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n'])
     assert (rec.chunk_ns, rec.num_empty_text_events) == ([], 0)
+
+
+
+def test_under_the_vllm_rule_an_announcement_between_tokens_is_as_exact_as_the_token_after_it():
+    # reads: "a"; the role chunk, "b" and the start of "c"; the rest of "c" and [DONE]. "b" shares
+    # its read with "c", so the role chunk written with "b" is as uncertain as "b".
+    chunks = [E0, ROLE + E1 + E0[:5], E0[5:] + DONE]
+    rec = _rec()
+    parse_stream(rec, chunks, [1, 2, 3], reads=Reads(loop_stamps=[1, 2, 3], is_kernel=True, floors=[0, 1, 2]),
+                 rule="vllm")
+    assert (rec.chunk_ns, rec.num_coalesced_events) == ([1, 2, 2, 3], 2)
+    rec = _rec()  # announcements only: no token to judge them by
+    parse_stream(rec, [ROLE, _event(None, "stop"), DONE], [1, 2, 3], rule="vllm")
+    assert (rec.chunk_ns, rec.num_coalesced_events) == ([1, 2], 0)
