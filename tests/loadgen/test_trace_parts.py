@@ -1,0 +1,145 @@
+"""Trace reading on small files, in-process: each length and time bound at its edge, the error each
+bad file gets, word and token prompts of exactly their length, BurstGPT rows read and sampled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.plan.config import DatasetConfig
+from loadgen.plan.traces import MAX_TRACE_SPAN_S, burstgpt_prompts, mooncake_prompts, read_trace
+
+BLOCK = 8
+TINY_LLAMA = str(Path(__file__).parent / "fixtures/upstream/tiny_llama")
+
+
+def _lines(tmp_path, rows: list[dict | str]) -> str:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def _row(ts: float = 0, n_in: int = 5, n_out: int = 3, **kw) -> dict:
+    return {"timestamp": ts, "input_length": n_in, "output_length": n_out, **kw}
+
+
+def _error(path: str, num: int | None = None, bound: tuple[int, str] = (100, "the cap")) -> str:
+    with pytest.raises(ValueError) as exc:
+        read_trace(path, num, bound)
+    return str(exc.value)
+
+
+def test_a_length_is_an_integer_from_1_to_the_bound_inclusive(tmp_path):
+    ok = _lines(tmp_path, [_row(n_in=1, n_out=100)])
+    assert read_trace(ok, None, (100, "the cap")) == [_row(n_in=1, n_out=100)]
+    for n_in, says in [(0, "must be an integer >= 1, got 0"), (True, "must be an integer >= 1, got True"),
+                       (101, "'input_length' 101 is above the cap, 100")]:
+        path = _lines(tmp_path, [_row(n_in=n_in)])
+        assert _error(path) == f"line 1 of {path}: " + (says if n_in == 101 else f"'input_length' {says}")
+
+
+def test_read_trace_skips_blank_lines_and_names_an_empty_short_or_non_object_file(tmp_path):
+    path = _lines(tmp_path, [_row(0), "", "  ", _row(10)])
+    assert [r["timestamp"] for r in read_trace(path, None)] == [0, 10]
+    assert _error(path, 3) == f"{path} has 2 requests; 3 were asked for (--num-prompts, --warmup)"
+    empty = _lines(tmp_path, [""])
+    assert _error(empty) == f"no requests in {empty}"
+    listed = _lines(tmp_path, ["[1, 2]"])
+    assert _error(listed) == f"line 1 of {listed} is not a JSON object"
+
+
+def test_a_mooncake_trace_spans_at_most_max_trace_span_s_in_milliseconds(tmp_path):
+    edge = MAX_TRACE_SPAN_S * 1e3
+    assert len(read_trace(_lines(tmp_path, [_row(0), _row(edge)]), None)) == 2
+    assert "MAX_TRACE_SPAN_S" in _error(_lines(tmp_path, [_row(0), _row(edge * 1.001)]))
+
+
+def _mooncake(path: str, tokenizer=None, **kw) -> list:
+    cfg = DatasetConfig(name="mooncake", dataset_path=path, num_prompts=None, block_size=BLOCK,
+                        trace_timestamps=True, use_server_tokenize=False, **kw)
+    return mooncake_prompts(cfg, tokenizer)
+
+
+def test_word_prompts_are_their_length_cut_inside_a_block_and_filled_without_ids(tmp_path):
+    rows = [_row(100, BLOCK + 3, hash_ids=[0, 1]), _row(140, 2 * BLOCK + 4, hash_ids=[0]), _row(150, 6)]
+    prompts = _mooncake(_lines(tmp_path, rows))
+    assert [len(p.prompt.split(" ")) for p in prompts] == [BLOCK + 3, 2 * BLOCK + 4, 6]
+    assert [(p.input_len, p.output_len, p.is_exact_input_len, p.arrival_s) for p in prompts] == [
+        (BLOCK + 3, 3, False, 0.0), (2 * BLOCK + 4, 3, False, 0.04), (6, 3, False, 0.05)]
+    assert prompts[0].prompt.split()[:BLOCK] == prompts[1].prompt.split()[:BLOCK]
+
+
+def test_a_block_is_the_same_words_however_far_earlier_prompts_drew_it(tmp_path):
+    alone = _mooncake(_lines(tmp_path, [_row(0, BLOCK + 2, hash_ids=[7])]))[0].prompt.split()
+    after = _mooncake(_lines(tmp_path, [_row(0, 5, hash_ids=[7]), _row(1, BLOCK + 2, hash_ids=[7])]))
+    assert after[1].prompt.split()[:BLOCK] == alone[:BLOCK] and after[0].prompt.split() == alone[:5]
+
+
+class _ContextTokenizer:
+    """tiny_llama's tokenizer with the context a server's /tokenize would report."""
+
+    def __init__(self, context: int) -> None:
+        from loadgen.plan.lengths import FileTokenizer
+
+        self.tok, self.max_model_len = FileTokenizer(TINY_LLAMA), context
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
+def test_token_prompts_are_exact_and_bounded_by_the_models_context(tmp_path):
+    tok = _ContextTokenizer(40)
+    rows = [_row(0, 40, hash_ids=[0, 1]), _row(5, 3, hash_ids=[0]), _row(9, 7)]
+    prompts = _mooncake(_lines(tmp_path, rows), tok)
+    assert [(p.input_len, p.is_exact_input_len) for p in prompts] == [(40, True), (3, True), (7, True)]
+    assert [len(tok.encode(p.prompt)) for p in prompts] == [40, 3, 7]
+    # a block of 10^7 tokens is fitted at the context's 40 (no prompt is longer), not built whole
+    huge = DatasetConfig(name="mooncake", dataset_path=_lines(tmp_path, rows), num_prompts=None, block_size=10**7,
+                         trace_timestamps=True, use_server_tokenize=False)
+    assert [len(tok.encode(p.prompt)) for p in mooncake_prompts(huge, tok)] == [40, 3, 7]
+    too_long = _lines(tmp_path, [_row(0, 41)])
+    with pytest.raises(ValueError, match=r"'input_length' 41 is above the model's context .*, 40$"):
+        _mooncake(too_long, tok)
+
+
+BURST_HEAD = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def _burst(tmp_path, rows: list[str], num: int | None, replay: bool, tokenizer=None, seed: int = 0) -> list:
+    path = tmp_path / "burst.csv"
+    path.write_text(BURST_HEAD + "".join(r + "\n" for r in rows))
+    cfg = DatasetConfig(name="burstgpt", dataset_path=str(path), num_prompts=num, trace_timestamps=replay,
+                        use_server_tokenize=False, seed=seed)
+    return burstgpt_prompts(cfg, tokenizer)
+
+
+ROWS = [f"{i},GPT-4,{10 + i},{5 + i},1,API log" for i in range(5)]
+
+
+def test_burstgpt_sampling_keeps_every_row_once_or_draws_with_replacement_from_fewer(tmp_path):
+    everything = _burst(tmp_path, ROWS, None, replay=False)
+    assert [p.input_len for p in everything] == [10, 11, 12, 13, 14]  # all rows, in file order
+    same = _burst(tmp_path, ROWS, 5, replay=False)
+    assert sorted(p.input_len for p in same) == [10, 11, 12, 13, 14]  # as many as asked: each once
+    more = _burst(tmp_path, ROWS[:2], 6, replay=False)
+    assert len(more) == 6 and {p.input_len for p in more} == {10, 11}
+    with pytest.raises(ValueError, match=r"^no GPT-4 rows with response tokens in .*burst\.csv$"):
+        _burst(tmp_path, ["1,ChatGPT,5,5,1,API log"], 3, replay=False)
+
+
+def test_burstgpt_lengths_are_bounded_by_the_models_context(tmp_path):
+    tok = _ContextTokenizer(40)
+    assert [p.input_len for p in _burst(tmp_path, ["1,GPT-4,40,5,1,API log"], 1, replay=True, tokenizer=tok)] == [40]
+    with pytest.raises(ValueError, match=r"'Request tokens' 41 is above the model's context"):
+        _burst(tmp_path, ["1,GPT-4,41,5,1,API log"], 1, replay=True, tokenizer=tok)
+
+
+def test_a_burstgpt_replay_reads_no_further_than_its_rows_and_a_sample_follows_its_seed(tmp_path):
+    # the small, in-process form of test_trace.py's bounded-memory test (too slow under mutation)
+    replay = _burst(tmp_path, [*ROWS, "nan,GPT-4,nan,nan,1,API log"], 2, replay=True)
+    assert [(p.arrival_s, p.input_len, p.output_len) for p in replay] == [(0.0, 10, 5), (1.0, 11, 6)]
+    rows = [f"{i},GPT-4,{10 + i},5,1,API log" for i in range(40)]
+    picked = _burst(tmp_path, rows, 4, replay=False)
+    assert picked == _burst(tmp_path, rows, 4, replay=False) != _burst(tmp_path, rows, 4, replay=False, seed=2)
