@@ -298,6 +298,20 @@ def test_summary_gives_each_gates_verdict_moved_benchmarks_and_accepting_tags():
     assert "Accepted by: `c1abcdef` h2-first +3%: the check buys safety" in text
 
 
+def test_summary_text_to_the_character_with_pipes_escaped_and_a_gate_without_a_log():
+    tags = [Accept("counts", "h2|first", 3.0, "a|b", "c1abcdef99"), Accept("counts", "sse", 2.5, "ok", "d2abcdef99"),
+            Accept("wall", "x", 1.0, "w", "e3abcdef99")]
+    lines = ["asv gate counts: FIRED (1 flagged: a|b 1.02)", "asv gate wall: pass"]
+    assert summary("83069378aa", "9f1c2a3bbb", lines, {"counts": LOG}, tags) == "\n".join([
+        "## asv guard: `83069378..9f1c2a3b`", "", "### counts: ❌ FIRED", "",
+        "| change | before | after | ratio | benchmark |", "|---|---|---|---|---|",
+        f"| + | 11.9k | 12.1k | 1.02 | {H2_FIRST} |", f"| ! | 7.93±0.1ms | failed | n/a | {H3_FAILED} |",
+        "| - | 1.50±0.01μs | 1.20±0.01μs | 0.80 | bench_sse.TimeChatChunk.time_encode('optimized', 'first') |", "",
+        "Verdict: FIRED (1 flagged: a\\|b 1.02)", "",
+        "Accepted by: `c1abcdef` h2\\|first +3%: a\\|b; `d2abcdef` sse +2.5%: ok", "",
+        "### wall: ✅ pass", "", "No log.", "", "Accepted by: `e3abcdef` x +1%: w", ""])
+
+
 def test_verdict_command_appends_the_summary_to_the_file_it_is_given(tmp_path, capsys, monkeypatch):
     from benchmarks.gate import main
 
@@ -312,7 +326,7 @@ def test_verdict_command_appends_the_summary_to_the_file_it_is_given(tmp_path, c
     assert capsys.readouterr().out.endswith(f"asv: Markdown summary appended to {out}\n")
     text = out.read_text()
     assert text.startswith("earlier step\n## asv guard: ") and "### counts: ✅ FIRED, accepted by asv-accept" in text
-    assert f"Accepted by: `{head[:8]}` h2-first +3%: on purpose" in text
+    assert text.endswith(f"Accepted by: `{head[:8]}` h2-first +3%: on purpose\n\n")  # a blank line after it
 
 
 COUNTS_TABLE = """\
