@@ -258,3 +258,89 @@ def test_stamp_source_of_a_mixed_client_and_steady_lag_from_its_twentieth_sample
     assert client_health(CFG, [h], [0.0], 1)["workers"][0]["loop_lag_steady_p99_ms"] is None  # 19
     h.lag_at_s = h.lag_at_s[:-1]  # stamps that do not match the samples: no steady state
     assert client_health(CFG, [h], [0.0], 1)["workers"][0]["startup_burst_s"] is None
+
+
+def test_figures_of_a_worker_with_no_samples_no_wall_time_or_half_a_second():
+    bare = WorkerHealth(worker=0, cpu_s=0.0, wall_s=0.0, loop_lag_ms=[], num_sleeps=5, run_wait_ms=[3.0])
+    out = client_health(CFG, [bare], [], 1)
+    w = out["workers"][0]
+    assert (w["loop_lag_p50_ms"], w["loop_lag_p99_ms"], w["loop_lag_max_ms"]) == (0.0, 0.0, 0.0)
+    assert (w["sleeps_per_s"], w["run_wait_share"], w["run_wait_p99_ms"]) == (0.0, None, 3.0)
+    assert (out["mean_send_lag_ms"], out["p99_send_lag_ms"], out["max_send_lag_ms"]) == (0.0, 0.0, 0.0)
+    assert (out["ttft_exact_share"], out["client_delay"], out["client_health_notes"]) == (None, None, [])
+    half = WorkerHealth(worker=0, cpu_s=0.0, wall_s=0.5, loop_lag_ms=[1.0], num_sleeps=5, run_wait_ms=[3.0])
+    w = client_health(CFG, [half], [0.0], 1)["workers"][0]
+    assert (w["sleeps_per_s"], w["run_wait_share"]) == (10.0, 0.006)
+
+
+def test_an_empty_delay_sketch_is_no_figure_and_the_median_is_the_50th_percentile():
+    empty = _health()
+    empty.client_delay = LogHistogram().to_dict()
+    assert client_health(CFG, [empty], [0.0], 1)["client_delay"] is None
+    halves = _health()
+    sketch = LogHistogram()
+    sketch.add([1.0] * 50 + [100.0] * 50)
+    halves.client_delay = sketch.to_dict()
+    delay = client_health(CFG, [halves], [0.0], 1)["client_delay"]
+    assert delay["p50_ms"] == pytest.approx(1.0, rel=0.02) and delay["p99_ms"] == pytest.approx(100.0, rel=0.02)
+
+
+def _record(start_ms: float, busy_ms: float, refill_ms: float | None, uncertainty_ms: float | None = 0.0) -> RequestRecord:
+    start = int(start_ms * MS)
+    return RequestRecord(index=0, worker=0, intended_ns=start, start_ns=start, end_ns=start + int(busy_ms * MS),
+                         first_token_ns=start, chunk_ns=[start],
+                         ttft_uncertainty_ns=None if uncertainty_ms is None else int(uncertainty_ms * MS),
+                         slot_freed_ns=None if refill_ms is None else start - int(refill_ms * MS))
+
+
+def test_refill_figures_clip_early_slots_and_judge_idle_share_past_5_percent_exclusive():
+    early = [_record(100.0 * i, 90.0, -3.0) for i in range(3)]  # sent before the slot was freed
+    assert client_health(CFG, [_health()], [0.0], 3, early)["refill"] == {
+        "refill_lag_p50_ms": 0.0, "refill_lag_p99_ms": 0.0, "idle_share": 0.0}
+    instant = [_record(0.0, 0.0, 5.0)]
+    assert client_health(CFG, [_health()], [0.0], 1, instant)["refill"]["idle_share"] == 0.0
+    short = [_record(0.0, 0.5, 0.5)]
+    assert client_health(CFG, [_health()], [0.0], 1, short)["refill"]["idle_share"] == 0.5
+    edge = client_health(CFG, [_health()], [0.0], 1, [_record(0.0, 95.0, 5.0)])  # 5 / (5 + 95)
+    assert edge["refill"]["idle_share"] == 0.05 and edge["client_bound"] is False
+    past = client_health(CFG, [_health()], [0.0], 1, [_record(0.0, 94.0, 6.0)])
+    assert past["client_bound_reasons"] == [
+        "slots stood empty 6.0% of the time waiting for the client's next request (refill lag p99 6.0 ms): the "
+        "server saw less than the asked concurrency"]
+
+
+def test_kernel_reasons_word_for_word_and_ttft_judged_past_its_tolerance_exclusive():
+    at_tolerance = [_record(100.0 * i, 90.0, None, 5.0) for i in range(3)]  # 5 ms: 5% of a 100 ms TTFT
+    out = client_health(CFG, [_health()], [0.0], 3, at_tolerance, median_ttft_ms=100.0)
+    assert out["client_bound"] is False and out["ttft_uncertainty_p99_ms"] == 5.0
+    h = _health(num_window_full=2, max_queued_bytes=3 << 20)
+    records = _records(uncertain=1)
+    out = client_health(CFG, [h], [0.0] * 100, 100, records, median_ttft_ms=20.0)
+    assert out["client_bound_reasons"] == [
+        "10.0% of events may be stamped more than 2 ms late (each shared a read with later bytes): ITL percentiles "
+        "are not the server's",
+        "reading fell behind: 2 reads found the receive queue at half its buffer or more (max 3,072 KiB queued): "
+        "the server's writes may have stalled"]
+    assert client_health(CFG, [], [0.0], 1)["max_clock_step_ms"] == 0.0
+
+
+def test_the_cause_names_every_saturated_worker_from_90_percent_inclusive():
+    health = [_loop_worker(0, 9.0, 1.0), _loop_worker(1, 9.5, 1.0)]
+    assert client_health(CFG, health, [0.0], 1)["client_bound_cause"] == (
+        "worker 0 saturated its core (90%, 0.0 µs per event): add workers (--workers) or cores; "
+        "worker 1 saturated its core (95%, 0.0 µs per event): add workers (--workers) or cores")
+    kernel = _health("kernel", cpu_s=9.0)
+    assert client_health(CFG, [kernel], [0.0], 1)["client_health_notes"][0].startswith("worker 0 used 90% of a core")
+
+
+@pytest.mark.parametrize(("burst_ms", "steady_ms", "is_note"), [(20.0, 19.0, True), (25.0, 20.0, False)])
+def test_start_up_lag_from_20_ms_is_a_note_while_the_steady_state_stays_under_20_ms(burst_ms, steady_ms, is_note):
+    h = _loop_worker(0, 1.0, steady_ms, lag_at_s=[i / 20 for i in range(200)], full_at_s=1.0)
+    h.loop_lag_ms = [burst_ms] * 40 + [steady_ms] * 160
+    out = client_health(CFG, [h], [0.0], 1)
+    if is_note:
+        assert out["client_bound"] is False and out["client_health_notes"] == [
+            "worker 0 event-loop lag p99 20.0 ms came from the start-up burst of 4 streams (first 2.0 s); steady "
+            "state p99 19.0 ms (--ramp-up spreads the start)"]
+    else:
+        assert out["client_bound_reasons"] == ["worker 0 event-loop lag p99 25.0 ms (steady state after 2.0 s: 20.0 ms)"]
