@@ -270,3 +270,15 @@ def test_under_the_vllm_rule_an_announcement_between_tokens_is_as_exact_as_the_t
     rec = _rec()  # announcements only: no token to judge them by
     parse_stream(rec, [ROLE, _event(None, "stop"), DONE], [1, 2, 3], rule="vllm")
     assert (rec.chunk_ns, rec.num_coalesced_events) == ([1, 2], 0)
+
+
+def test_a_server_timing_comment_at_the_very_start_of_the_body_is_taken():
+    rec = _rec()
+    parse_stream(rec, [b"\n" + COMMENT + b"\n" + E0 + DONE], [1])
+    assert rec.server_queue_ms == 1.5 and rec.chunk_ns == [1]
+
+
+def test_a_role_chunk_is_no_closing_event_even_when_usage_counts_a_token_after_it():
+    rec = _rec()
+    parse_stream(rec, [ROLE, USAGE.replace(b"2}", b"1}"), DONE], [1, 2, 3])
+    assert (rec.chunk_ns, rec.num_empty_text_events) == ([], 0)
