@@ -282,3 +282,15 @@ def test_a_role_chunk_is_no_closing_event_even_when_usage_counts_a_token_after_i
     rec = _rec()
     parse_stream(rec, [ROLE, USAGE.replace(b"2}", b"1}"), DONE], [1, 2, 3])
     assert (rec.chunk_ns, rec.num_empty_text_events) == ([], 0)
+
+
+def test_usage_without_completion_tokens_before_the_closing_event_counts_none():
+    rec, _ = _closing([_event("a", used=None), _event("", "stop", used=1)])
+    assert (rec.chunk_ns, rec.num_empty_text_events) == ([1, 2], 1)
+
+
+def test_a_first_token_stamped_at_its_reads_floor_is_uncertain_by_nothing():
+    rec = _rec()  # "a" shares its read with the start of "b" (coalesced), stamped at the floor itself
+    parse_stream(rec, [E0, E1[:5], E1[5:] + DONE], [7, 7, 9],
+                 reads=Reads(loop_stamps=[10, 10, 20], is_kernel=True, floors=[7, 7, 9]))
+    assert (rec.num_coalesced_events, rec.ttft_uncertainty_ns) == (1, 0)
