@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from loadgen.plan.config import DatasetConfig
-from loadgen.plan.traces import MAX_TRACE_SPAN_S, burstgpt_prompts, mooncake_prompts, read_trace
+from loadgen.plan.traces import (
+    MAX_TRACE_LEN,
+    MAX_TRACE_SPAN_S,
+    burstgpt_prompts,
+    length_bound,
+    mooncake_prompts,
+    read_trace,
+)
 
 BLOCK = 8
 TINY_LLAMA = str(Path(__file__).parent / "fixtures/upstream/tiny_llama")
@@ -132,7 +139,7 @@ def test_burstgpt_sampling_keeps_every_row_once_or_draws_with_replacement_from_f
 def test_burstgpt_lengths_are_bounded_by_the_models_context(tmp_path):
     tok = _ContextTokenizer(40)
     assert [p.input_len for p in _burst(tmp_path, ["1,GPT-4,40,5,1,API log"], 1, replay=True, tokenizer=tok)] == [40]
-    with pytest.raises(ValueError, match=r"'Request tokens' 41 is above the model's context"):
+    with pytest.raises(ValueError, match=r"'Request tokens' 41 is above the model's context .*, 40$"):
         _burst(tmp_path, ["1,GPT-4,41,5,1,API log"], 1, replay=True, tokenizer=tok)
 
 
@@ -143,3 +150,56 @@ def test_a_burstgpt_replay_reads_no_further_than_its_rows_and_a_sample_follows_i
     rows = [f"{i},GPT-4,{10 + i},5,1,API log" for i in range(40)]
     picked = _burst(tmp_path, rows, 4, replay=False)
     assert picked == _burst(tmp_path, rows, 4, replay=False) != _burst(tmp_path, rows, 4, replay=False, seed=2)
+
+
+def test_timestamps_are_numbers_in_time_order_equal_allowed_and_the_span_counts_from_the_first(tmp_path):
+    path = _lines(tmp_path, [_row("5")])
+    assert _error(path) == f"line 1 of {path}: 'timestamp' must be a finite number >= 0, got '5'"
+    assert len(read_trace(_lines(tmp_path, [_row(5), _row(5)]), None)) == 2
+    path = _lines(tmp_path, [_row(5), _row(4)])
+    assert _error(path) == f"line 2 of {path}: timestamp 4 is before the previous request's 5 (a trace is in time order)"
+    late_start = 5 * 10**10  # ms: the span is counted from the first line, not from zero
+    assert len(read_trace(_lines(tmp_path, [_row(late_start), _row(late_start + 1)]), None)) == 2
+    path = _lines(tmp_path, [_row(0), _row(15 * 10**10)])
+    assert _error(path).endswith("timestamp 150000000000 is 1.5e+08 s after the first request's; a trace spans "
+                                 "at most MAX_TRACE_SPAN_S = 1e+08 s")
+
+
+def test_the_context_bounds_lengths_only_below_loadgens_own_cap():
+    class Probed:
+        max_model_len = MAX_TRACE_LEN
+
+    assert length_bound(Probed()) == (MAX_TRACE_LEN, "loadgen's cap on a trace length (MAX_TRACE_LEN)")
+    Probed.max_model_len = MAX_TRACE_LEN - 1
+    assert length_bound(Probed()) == (MAX_TRACE_LEN - 1, "the model's context (max_model_len from the server's /tokenize)")
+
+
+def test_burstgpt_rows_without_a_response_short_rows_and_odd_files(tmp_path):
+    rows = ["1,GPT-4,12", "2,GPT-4,12,0,1,API log", "3", "4,GPT-4,0,1,1,API log", "5,GPT-4,7,0.5,1,API log",
+            "6,GPT-4,9,2,1,API log"]
+    prompts = _burst(tmp_path, rows, None, replay=True)
+    assert [(p.arrival_s, p.input_len, p.output_len) for p in prompts] == [(0.0, 1, 1), (2.0, 9, 2)]
+    # sampling does not read the time: out of order is fine
+    assert len(_burst(tmp_path, ["9,GPT-4,5,5,1,API log", "1,GPT-4,5,5,1,API log"], 2, replay=False)) == 2
+    span = _burst(tmp_path, ["0,GPT-4,5,5,1,API log", f"{MAX_TRACE_SPAN_S:g},GPT-4,5,5,1,API log"], 2, replay=True)
+    assert [p.arrival_s for p in span] == [0.0, MAX_TRACE_SPAN_S]  # seconds, up to the span inclusive
+    empty = tmp_path / "burst.csv"
+    for text in ("", "Timestamp,Request tokens,Response tokens\n1,5,5\n"):  # no header; no Model column
+        empty.write_text(text)
+        cfg = DatasetConfig(name="burstgpt", dataset_path=str(empty), num_prompts=1, trace_timestamps=True,
+                            use_server_tokenize=False)
+        with pytest.raises(ValueError, match="^no GPT-4 rows"):
+            burstgpt_prompts(cfg, None)
+    empty.write_text("Timestamp,Model,Response tokens\n1,GPT-4,5\n")
+    with pytest.raises(ValueError) as exc:
+        burstgpt_prompts(cfg, None)
+    assert str(exc.value) == f"line 2 of {empty}: 'Request tokens' is not a number: ''"
+
+
+def test_burstgpt_prompts_with_a_tokenizer_are_exact_and_without_one_are_words(tmp_path):
+    tok = _ContextTokenizer(64)
+    exact = _burst(tmp_path, ["1,GPT-4,12,5,1,API log", "2,GPT-4,30,5,1,API log"], 2, replay=True, tokenizer=tok)
+    assert [(p.input_len, p.is_exact_input_len, len(tok.encode(p.prompt))) for p in exact] == [(12, True, 12),
+                                                                                               (30, True, 30)]
+    words = _burst(tmp_path, ["1,GPT-4,12,5,1,API log"], 1, replay=True)
+    assert words[0].is_exact_input_len is False and len(words[0].prompt.split()) == 12
