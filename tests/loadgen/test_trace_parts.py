@@ -203,3 +203,12 @@ def test_burstgpt_prompts_with_a_tokenizer_are_exact_and_without_one_are_words(t
                                                                                                (30, True, 30)]
     words = _burst(tmp_path, ["1,GPT-4,12,5,1,API log"], 1, replay=True)
     assert words[0].is_exact_input_len is False and len(words[0].prompt.split()) == 12
+
+
+def test_a_cut_that_re_tokenises_shorter_is_topped_up_to_the_exact_length(tmp_path):
+    # seed 13, line 6: block 2 and block 3 cut after 2 tokens decode to text that re-tokenises
+    # shorter; fit_to_len tops it up with filler words (found by search: most cuts need no top-up)
+    tok = _ContextTokenizer(64)
+    rows = [_row(i, 1) for i in range(5)] + [_row(5, 10, hash_ids=[2, 3])]
+    prompts = _mooncake(_lines(tmp_path, rows), tok, seed=13)
+    assert (len(tok.encode(prompts[5].prompt)), prompts[5].input_len, prompts[5].is_exact_input_len) == (10, 10, True)
