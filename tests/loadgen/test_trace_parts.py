@@ -84,20 +84,17 @@ def test_a_block_is_the_same_words_however_far_earlier_prompts_drew_it(tmp_path)
     assert after[1].prompt.split()[:BLOCK] == alone[:BLOCK] and after[0].prompt.split() == alone[:5]
 
 
-class _ContextTokenizer:
+def _context_tokenizer(context: int):
     """tiny_llama's tokenizer with the context a server's /tokenize would report."""
+    from loadgen.plan.lengths import FileTokenizer
 
-    def __init__(self, context: int) -> None:
-        from loadgen.plan.lengths import FileTokenizer
-
-        self.tok, self.max_model_len = FileTokenizer(TINY_LLAMA), context
-
-    def __getattr__(self, name):
-        return getattr(self.tok, name)
+    tok = FileTokenizer(TINY_LLAMA)
+    tok.max_model_len = context
+    return tok
 
 
 def test_token_prompts_are_exact_and_bounded_by_the_models_context(tmp_path):
-    tok = _ContextTokenizer(40)
+    tok = _context_tokenizer(40)
     rows = [_row(0, 40, hash_ids=[0, 1]), _row(5, 3, hash_ids=[0]), _row(9, 7)]
     prompts = _mooncake(_lines(tmp_path, rows), tok)
     assert [(p.input_len, p.is_exact_input_len) for p in prompts] == [(40, True), (3, True), (7, True)]
@@ -137,7 +134,7 @@ def test_burstgpt_sampling_keeps_every_row_once_or_draws_with_replacement_from_f
 
 
 def test_burstgpt_lengths_are_bounded_by_the_models_context(tmp_path):
-    tok = _ContextTokenizer(40)
+    tok = _context_tokenizer(40)
     assert [p.input_len for p in _burst(tmp_path, ["1,GPT-4,40,5,1,API log"], 1, replay=True, tokenizer=tok)] == [40]
     with pytest.raises(ValueError, match=r"'Request tokens' 41 is above the model's context .*, 40$"):
         _burst(tmp_path, ["1,GPT-4,41,5,1,API log"], 1, replay=True, tokenizer=tok)
@@ -160,8 +157,8 @@ def test_timestamps_are_numbers_in_time_order_equal_allowed_and_the_span_counts_
     assert _error(path) == f"line 2 of {path}: timestamp 4 is before the previous request's 5 (a trace is in time order)"
     late_start = 5 * 10**10  # ms: the span is counted from the first line, not from zero
     assert len(read_trace(_lines(tmp_path, [_row(late_start), _row(late_start + 1)]), None)) == 2
-    path = _lines(tmp_path, [_row(0), _row(15 * 10**10)])
-    assert _error(path).endswith("timestamp 150000000000 is 1.5e+08 s after the first request's; a trace spans "
+    path = _lines(tmp_path, [_row(10**10), _row(16 * 10**10)])
+    assert _error(path).endswith("timestamp 160000000000 is 1.5e+08 s after the first request's; a trace spans "
                                  "at most MAX_TRACE_SPAN_S = 1e+08 s")
 
 
@@ -197,7 +194,7 @@ def test_burstgpt_rows_without_a_response_short_rows_and_odd_files(tmp_path):
 
 
 def test_burstgpt_prompts_with_a_tokenizer_are_exact_and_without_one_are_words(tmp_path):
-    tok = _ContextTokenizer(64)
+    tok = _context_tokenizer(64)
     exact = _burst(tmp_path, ["1,GPT-4,12,5,1,API log", "2,GPT-4,30,5,1,API log"], 2, replay=True, tokenizer=tok)
     assert [(p.input_len, p.is_exact_input_len, len(tok.encode(p.prompt))) for p in exact] == [(12, True, 12),
                                                                                                (30, True, 30)]
@@ -208,7 +205,7 @@ def test_burstgpt_prompts_with_a_tokenizer_are_exact_and_without_one_are_words(t
 def test_a_cut_that_re_tokenises_shorter_is_topped_up_to_the_exact_length(tmp_path):
     # seed 13, line 6: block 2 and block 3 cut after 2 tokens decode to text that re-tokenises
     # shorter; fit_to_len tops it up with filler words (found by search: most cuts need no top-up)
-    tok = _ContextTokenizer(64)
+    tok = _context_tokenizer(64)
     rows = [_row(i, 1) for i in range(5)] + [_row(5, 10, hash_ids=[2, 3])]
     prompts = _mooncake(_lines(tmp_path, rows), tok, seed=13)
     assert (len(tok.encode(prompts[5].prompt)), prompts[5].input_len, prompts[5].is_exact_input_len) == (10, 10, True)
