@@ -16,19 +16,39 @@ import uvicorn
 from starlette.requests import Request
 
 from reference_impl.server.connection import (
+    ABORT_CONNECTION,
     OpenFilesWatch,
+    SSEResponse,
     read_body,
     timed_http_protocol,
+    watch_disconnect,
 )
 from reference_impl.server.serving import BadRequest
+from reference_impl.server.tokenizer_manager import ClientGone
 
 CAP = 600
+GONE: list[tuple[str, bool]] = []  # (path, the connection's abort was in the scope) per stream left
+
+
+async def _events(count: int | None, gone: ClientGone):
+    """SSE events until `count` or the client is gone (checked at each wake-up, as the server's)."""
+    n = 0
+    while (count is None or n < count) and not gone.is_set:
+        n += 1
+        yield b"data: %d\n\n" % n
+        await asyncio.sleep(0.01)
 
 
 async def _app(scope, receive, send) -> None:
-    """/body: echoes the body's length read under a 10-byte cap (413 past it); /stream: three
+    """/sse, /sse3: an endless, a 3-event SSEResponse; /body: echoes the body's length read under a 10-byte cap (413 past it); /stream: three
     chunks without Content-Length; /big: 8 MiB in 64 KiB writes; other paths: 200 "ok"."""
     path = scope["path"]
+    if path.startswith("/sse"):
+        gone, aborts = ClientGone(), callable(scope.get(ABORT_CONNECTION))
+        response = SSEResponse(_events(3 if path == "/sse3" else None, gone), gone,
+                               lambda: GONE.append((path, aborts)))
+        await response(scope, receive, send)
+        return
     status, headers, chunks = 200, [(b"content-type", b"text/plain")], [b"ok"]
     if path == "/body":
         try:
@@ -291,3 +311,44 @@ def test_the_open_files_warning_fires_once_per_burst_and_rearms_at_half(caplog):
     unlimited.max_fds = None
     unlimited.on_connection_made(10 ** 6, 1)
     assert unlimited.num_connections_at_limit is None
+
+
+def test_a_stream_whose_client_left_stops_and_is_reported_once(caplog):
+    GONE.clear()
+
+    async def go(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /sse HTTP/1.1\r\nhost: x\r\n\r\n")
+        await reader.readuntil(b"data: 3\n\n")
+        writer.close()
+        for _ in range(2000):
+            if GONE:
+                break
+            await asyncio.sleep(0.01)
+        whole = await _exchange(port, b"GET /sse3 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        return whole
+
+    with caplog.at_level(logging.INFO, logger="reference_impl.server.connection"):
+        whole = asyncio.run(_serve(go))
+    assert GONE == [("/sse", True)]
+    assert "client disconnected from a stream; its request was aborted" in caplog.text
+    assert b"data: 3\n\n" in whole and b"text/event-stream" in whole
+
+
+def test_watch_disconnect_sets_gone_only_on_a_disconnect():
+    async def go(messages):
+        gone, queue = ClientGone(), list(messages)
+
+        async def receive():
+            if not queue:
+                await asyncio.sleep(3600)
+            return queue.pop(0)
+
+        task = asyncio.ensure_future(watch_disconnect(receive, gone))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return gone.is_set
+
+    request = {"type": "http.request", "body": b"", "more_body": False}
+    assert asyncio.run(go([request, request])) is False
+    assert asyncio.run(go([request, {"type": "http.disconnect"}])) is True
