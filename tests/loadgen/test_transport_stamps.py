@@ -31,8 +31,10 @@ class ScriptedServer:
     """Answers each request on each connection with `script(n)`: a list of (bytes, pause before
     them); records the connections taken, the requests' bytes, and `now_ns()` before each write."""
 
-    def __init__(self, script) -> None:
+    def __init__(self, script, tls: ssl.SSLContext | None = None) -> None:
         self.script = script
+        self.tls = tls
+        self.alpn: list[str | None] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.num_connections = 0
@@ -51,6 +53,13 @@ class ScriptedServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
+            self.alpn.append(conn.selected_alpn_protocol())
         with conn:
             buf = b""
             while True:
@@ -87,8 +96,8 @@ def _sized(body: bytes) -> list[tuple[bytes, float]]:
 def server():
     servers: list[ScriptedServer] = []
 
-    def start(script) -> ScriptedServer:
-        servers.append(ScriptedServer(script))
+    def start(script, tls: ssl.SSLContext | None = None) -> ScriptedServer:
+        servers.append(ScriptedServer(script, tls))
         return servers[-1]
 
     yield start
@@ -216,9 +225,9 @@ def test_idle_connections_are_reused_up_to_the_keepalive_cap(server):
         return idle
 
     assert asyncio.run(go(4, 1)) == 1 and srv.num_connections == 1
-    assert asyncio.run(go(1, 3)) == 1
-    assert srv.num_connections == 1 + 3 + 2  # 3 at first, 1 kept: 2 new the second time
-    assert asyncio.run(go(0, 1)) == 0 and srv.num_connections == 6 + 2
+    assert asyncio.run(go(2, 3)) == 2
+    assert srv.num_connections == 1 + 3 + 1  # 3 at first, 2 kept: 1 new the second time
+    assert asyncio.run(go(0, 1)) == 0 and srv.num_connections == 5 + 2
 
 
 def test_aclose_closes_the_idle_connections(server):
@@ -245,6 +254,7 @@ def test_httpx_client_gets_the_stamped_body_as_an_extension(server):
 
     response = asyncio.run(go())
     assert response.status_code == 200 and response.content == b"body"
+    assert response.headers["content-length"] == "4"
     body = response.extensions[BODY_EXTENSION]
     assert isinstance(body, StampedBody) and body.chunks == [b"body"]
     assert response.extensions["http_version"] == b"HTTP/1.1"
@@ -261,6 +271,14 @@ def test_a_connection_lost_mid_head_is_a_read_error_naming_the_request(server):
     with pytest.raises(httpx.ReadError, match="connection lost: closed by peer") as failed:
         asyncio.run(go())
     assert failed.value.request.url.port == srv.port
+    request = httpx.Request("GET", f"http://127.0.0.1:{srv.port}/")
+
+    async def bare():
+        await LeanTransport().handle_async_request(request)
+
+    with pytest.raises(httpx.ReadError) as failed:
+        asyncio.run(bare())
+    assert failed.value.request is request
 
 
 def test_a_refused_connection_is_a_one_line_connect_error():
@@ -327,3 +345,28 @@ def test_numeric_addresses_need_no_lookup():
     four, six = asyncio.run(go())
     assert four == [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", 1))]
     assert six == [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("::1", 2))]
+
+
+def test_https_verifies_by_default_asks_for_http11_and_keeps_kernel_stamps(server, certificate):
+    cert, key = certificate
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    tls.set_alpn_protocols(["h2", "http/1.1"])
+    srv = server(lambda n: _chunked(b"se", b"cure"), tls)
+    url = f"https://127.0.0.1:{srv.port}/"
+
+    async def go(transport: LeanTransport):
+        try:
+            status, _, body = await transport.open(transport.prepare(httpx.Request("GET", url)))
+            await body.complete()
+            return status, body
+        finally:
+            await transport.aclose()
+
+    with pytest.raises(httpx.ConnectError, match="certificate verify failed"):
+        asyncio.run(go(LeanTransport()))
+    status, body = asyncio.run(go(LeanTransport(verify=ssl.create_default_context(cafile=cert))))
+    assert status == 200 and b"".join(body.chunks) == b"secure"
+    assert body.is_kernel and len(body.stamps) == 2
+    assert all(s <= loop for s, loop in zip(body.stamps, body.loop_stamps, strict=True))
+    assert srv.alpn == ["http/1.1"]
