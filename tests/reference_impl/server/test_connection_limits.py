@@ -55,6 +55,8 @@ async def _app(scope, receive, send) -> None:
             chunks = [b"%d" % len(await read_body(Request(scope, receive), 10))]
         except BadRequest as exc:
             status, chunks = exc.status, [str(exc).encode()]
+    elif path == "/sink":
+        chunks = [b"%d" % len(await Request(scope, receive).body())]
     elif path == "/stream":
         chunks = [b"one,", b"two,", b"three"]
     elif path == "/big":
@@ -69,14 +71,14 @@ async def _app(scope, receive, send) -> None:
     await send({"type": "http.response.body"})  # NOTE: ASGI's defaults: no body, no more body
 
 
-async def _serve(body, *, read_timeout: float = 30.0, write_timeout: float = 10.0):
-    """Run `body(port)` against the app served with the server's protocol class."""
+async def _serve(body, *, read_timeout: float = 30.0, write_timeout: float = 10.0, protocol=None):
+    """Run `body(port)` against the app served with the server's protocol class (or `protocol`)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    protocol = protocol or timed_http_protocol(read_timeout, CAP, write_timeout)
     server = uvicorn.Server(uvicorn.Config(
-        _app, lifespan="off", log_level="error", access_log=False,
-        http=timed_http_protocol(read_timeout, CAP, write_timeout)))
+        _app, lifespan="off", log_level="error", access_log=False, http=protocol))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -361,3 +363,37 @@ def test_watch_disconnect_sets_gone_only_on_a_disconnect():
     request = {"type": "http.request", "body": b"", "more_body": False}
     assert asyncio.run(go([request, request])) is False
     assert asyncio.run(go([request, {"type": "http.disconnect"}])) is True
+
+
+def test_body_bytes_after_the_head_never_count_against_the_head_cap():
+    async def go(port):
+        head = b"POST /sink HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+        body = b"b" * (3 * CAP)
+        return await _exchange(port, head % len(body), body[:CAP], body[CAP:], pause=0.2)
+
+    reply = asyncio.run(_serve(go))
+    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"\r\n\r\n%d" % (3 * CAP))
+
+
+def test_a_connection_near_the_open_files_limit_is_warned_with_its_fd_and_count(caplog):
+    protocol = timed_http_protocol(30.0, CAP, 10.0)
+    watch = protocol.open_files
+    watch.max_fds = 12  # every connection's fd is past 12 - headroom
+
+    async def go(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_head(100) + END)
+        await _one(reader)
+        writer.close()
+        for _ in range(2000):
+            if watch.num_connections_at_limit is None:
+                break
+            await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.WARNING, logger="reference_impl.server.connection"):
+        asyncio.run(_serve(go, protocol=protocol))
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and messages[0].startswith(
+        "1 open connections have used up nearly all 12 open files (RLIMIT_NOFILE, fd ")
+    assert int(messages[0].split("fd ")[1].split(")")[0]) > 2
+    assert watch.num_connections_at_limit is None  # the connection closed: armed again
