@@ -78,15 +78,16 @@ async def _serve(body, *, read_timeout: float = 30.0, write_timeout: float = 10.
     port = sock.getsockname()[1]
     protocol = protocol or timed_http_protocol(read_timeout, CAP, write_timeout)
     server = uvicorn.Server(uvicorn.Config(
-        _app, lifespan="off", log_level="error", access_log=False, http=protocol))
+        _app, lifespan="off", log_level="error", access_log=False, http=protocol,
+        timeout_graceful_shutdown=2))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
         while not server.started:
             await asyncio.sleep(0.01)
-        return await asyncio.wait_for(body(port), 60)
+        return await asyncio.wait_for(body(port), 20)  # NOTE: each test takes about 1 s
     finally:
         server.should_exit = True
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, 10)
         sock.close()
 
 
