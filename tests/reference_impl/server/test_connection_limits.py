@@ -39,13 +39,24 @@ async def _events(count: int | None, gone: ClientGone):
         await asyncio.sleep(0.01)
 
 
+async def _cut(gone: ClientGone):
+    """Two events, then the stream is cut off server-side (as by --max-queued-output-bytes) while
+    it has more to wait for."""
+    yield b"data: 1\n\n"
+    yield b"data: 2\n\n"
+    gone.set()
+    await asyncio.sleep(3)
+    yield b"data: late\n\n"
+
+
 async def _app(scope, receive, send) -> None:
     """/sse, /sse3: an endless, a 3-event SSEResponse; /body: echoes the body's length read under a 10-byte cap (413 past it); /stream: three
     chunks without Content-Length; /big: 8 MiB in 64 KiB writes; other paths: 200 "ok"."""
     path = scope["path"]
     if path.startswith("/sse"):
         gone, aborts = ClientGone(), callable(scope.get(ABORT_CONNECTION))
-        response = SSEResponse(_events(3 if path == "/sse3" else None, gone), gone,
+        events = _cut(gone) if path == "/sse-cut" else _events(3 if path == "/sse3" else None, gone)
+        response = SSEResponse(events, gone,
                                lambda: GONE.append((path, aborts)))
         await response(scope, receive, send)
         return
@@ -344,7 +355,17 @@ def test_a_stream_whose_client_left_stops_and_is_reported_once(caplog):
         whole = asyncio.run(_serve(go))
     assert GONE == [("/sse", True)]
     assert "client disconnected from a stream; its request was aborted" in caplog.text
-    assert b"data: 3\n\n" in whole and b"text/event-stream" in whole
+    assert b"data: 3\n\n" in whole and b"content-type: text/event-stream; charset=utf-8\r\n" in whole
+
+
+def test_a_stream_cut_off_by_the_server_drops_its_connection_at_once():
+    async def go(port):
+        return await _exchange(port, b"GET /sse-cut HTTP/1.1\r\nhost: x\r\n\r\n")
+
+    GONE.clear()
+    data = asyncio.run(_serve(go))
+    assert b"data: 2\n\n" in data
+    assert b"late" not in data and not data.endswith(b"0\r\n\r\n")  # aborted, not ended
 
 
 def test_watch_disconnect_sets_gone_only_on_a_disconnect():
