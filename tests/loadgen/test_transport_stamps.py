@@ -382,9 +382,9 @@ def test_https_verifies_by_default_asks_for_http11_and_keeps_kernel_stamps(serve
     srv = server(lambda n: _chunked(b"se", b"cure"), tls)
     url = f"https://127.0.0.1:{srv.port}/"
 
-    async def go(transport: LeanTransport):
+    async def go(transport: LeanTransport, to: str = url):
         try:
-            status, _, body = await transport.open(transport.prepare(httpx.Request("GET", url)))
+            status, _, body = await transport.open(transport.prepare(httpx.Request("GET", to)))
             await body.complete()
             return status, body
         finally:
@@ -392,7 +392,10 @@ def test_https_verifies_by_default_asks_for_http11_and_keeps_kernel_stamps(serve
 
     with pytest.raises(httpx.ConnectError, match="certificate verify failed"):
         asyncio.run(go(LeanTransport()))
-    status, body = asyncio.run(go(LeanTransport(verify=ssl.create_default_context(cafile=cert))))
+    trusting = ssl.create_default_context(cafile=cert)
+    with pytest.raises(httpx.ConnectError, match="Hostname mismatch"):  # the name is checked
+        asyncio.run(go(LeanTransport(verify=trusting), f"https://localhost:{srv.port}/"))
+    status, body = asyncio.run(go(LeanTransport(verify=trusting)))
     assert status == 200 and b"".join(body.chunks) == b"secure"
     assert body.is_kernel and len(body.stamps) == 2
     assert all(s <= loop for s, loop in zip(body.stamps, body.loop_stamps, strict=True))
