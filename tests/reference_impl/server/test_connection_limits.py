@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 import socket
 
 import pytest
@@ -425,3 +426,11 @@ def test_a_connection_near_the_open_files_limit_is_warned_with_its_fd_and_count(
         "1 open connections have used up nearly all 12 open files (RLIMIT_NOFILE, fd ")
     assert int(messages[0].split("fd ")[1].split(")")[0]) > 2
     assert watch.num_connections_at_limit is None  # the connection closed: armed again
+
+
+def test_the_open_files_watch_takes_the_soft_limit_and_none_when_unlimited(monkeypatch):
+    assert OpenFilesWatch().max_fds == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, resource.RLIM_INFINITY))
+    assert OpenFilesWatch().max_fds == 1024
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (resource.RLIM_INFINITY,) * 2)
+    assert OpenFilesWatch().max_fds is None
