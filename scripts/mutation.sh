@@ -27,7 +27,10 @@ PY
 )
 [ ${#modules[@]} -gt 0 ] || exit 2
 work=${MUTATION_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/mutation.XXXXXX")}
-[ -n "${MUTATION_DIR:-}" ] || trap 'rm -rf "$work"' EXIT
+group=
+stop_group() { [ -z "$group" ] || kill -- "-$group" 2>/dev/null || true; }
+trap 'stop_group; [ -n "${MUTATION_DIR:-}" ] || rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 status=0
 for module in "${modules[@]}"; do
     copy="$work/${module//\//_}"
@@ -46,7 +49,14 @@ text = re.sub(r"^\[tool\.mutmut(\.modules)?\]\n.*?(?=^\[(?!tool\.mutmut)|\Z)", "
 open(path, "w").write(text + "\n" + section)
 PY
     start=$(date +%s)
-    (cd "$copy" && PYTHONPATH= nice -n 10 "$PY" -m mutmut run --max-children "$JOBS" >"$copy/run.log" 2>&1) || {
+    # NOTE: in a session of its own, so the servers a killed mutant's test started go with it
+    (cd "$copy" && PYTHONPATH= exec setsid --wait nice -n 10 "$PY" -m mutmut run --max-children "$JOBS" \
+        >"$copy/run.log" 2>&1) &
+    group=$!
+    ok=0; wait "$group" || ok=$?
+    kill -- "-$group" 2>/dev/null || true
+    group=
+    [ "$ok" -eq 0 ] || {
         echo "mutation: $module: mutmut failed, last lines of its log:"; tr '\r' '\n' <"$copy/run.log" | tail -5
         status=1; continue; }
     (cd "$copy" && "$PY" -m mutmut results --all true 2>/dev/null) >"$copy/results.txt"

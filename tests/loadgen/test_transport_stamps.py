@@ -64,7 +64,10 @@ class ScriptedServer:
             buf = b""
             while True:
                 while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:  # reset by the client
+                        data = b""
                     if not data:
                         self.closed.set()
                         return
@@ -76,7 +79,11 @@ class ScriptedServer:
                     self.sent_ns.append(now_ns())
                     if data is None:
                         return
-                    conn.sendall(data)
+                    try:
+                        conn.sendall(data)
+                    except OSError:  # the client dropped the connection
+                        self.closed.set()
+                        return
 
     def close(self) -> None:
         self.sock.close()

@@ -1,0 +1,367 @@
+"""One lean-transport connection, in process (issue 35's mutation selection for
+loadgen/run/connection.py, where the client's stamps are taken): the queue sampling of full reads
+and its window rule at its boundary, the loop-iteration marks behind the reads' lower bounds, a
+kernel stamp later than its read, the body and head caps at their exact sizes, and the HTTP/1.1
+rules that decide whether a connection is kept: informational heads, close-delimited bodies,
+bytes nobody asked for, `connection: close`, a cancelled send, a partial write."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvloop
+
+from loadgen.run.connection import (
+    READ_BYTES,
+    BadResponse,
+    LoopIterations,
+    ReadStats,
+    ResponseTooLarge,
+    header_cap_message,
+    too_large_message,
+)
+from loadgen.run.transport import LeanTransport
+from tests.loadgen.test_transport_stamps import _body, _chunked, _get, _sized, server  # noqa: F401
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n"
+
+
+class _Queue(socket.socket):
+    """A real socket whose receive buffer size is scripted (the kernel rounds and doubles it)."""
+
+    rcvbuf = 0
+
+    def getsockopt(self, *args):  # noqa: D401
+        if args[:2] == (socket.SOL_SOCKET, socket.SO_RCVBUF):
+            if self.rcvbuf < 0:
+                raise OSError("scripted failure")
+            return self.rcvbuf
+        return super().getsockopt(*args)
+
+
+@pytest.fixture
+def queued():
+    """A connected pair: (reader whose rcvbuf is scripted, writer)."""
+    a, b = socket.socketpair()
+    reader = _Queue(fileno=a.detach())
+    yield reader, b
+    reader.close()
+    b.close()
+
+
+def _wait_queued(reader: socket.socket, writer: socket.socket, data: bytes) -> None:
+    writer.sendall(data)
+    deadline = time.monotonic() + 10
+    while len(reader.recv(len(data) + 1, socket.MSG_PEEK)) < len(data):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_full_read_samples_the_queue_and_counts_a_closing_window_at_half_the_buffer(queued):
+    reader, writer = queued
+    stats = ReadStats()
+    _wait_queued(reader, writer, b"x" * 1000)
+    queued_bytes = 1000 + READ_BYTES  # what is queued plus the full read just taken
+    reader.rcvbuf = 2 * queued_bytes + 1  # just over: the window is still open
+    stats.full_read(reader)
+    assert (stats.num_full_reads, stats.max_queued_bytes, stats.num_window_full) == (1, queued_bytes, 0)
+    reader.rcvbuf = 2 * queued_bytes  # at the boundary: about closed
+    stats.full_read(reader)
+    assert (stats.num_full_reads, stats.max_queued_bytes, stats.num_window_full) == (2, queued_bytes, 1)
+    reader.recv(500)
+    stats.full_read(reader)  # less queued: the maximum stays, and the window is open again
+    assert (stats.num_full_reads, stats.max_queued_bytes, stats.num_window_full) == (3, queued_bytes, 1)
+
+
+def test_a_full_read_whose_queue_cannot_be_read_is_still_counted(queued):
+    reader, writer = queued
+    stats = ReadStats()
+    _wait_queued(reader, writer, b"x" * 10)
+    reader.rcvbuf = -1
+    stats.full_read(reader)
+    assert (stats.num_full_reads, stats.max_queued_bytes, stats.num_window_full) == (1, 0, 0)
+
+
+def test_loop_marks_run_while_reads_are_late_and_keep_the_mark_before_the_latest():
+    async def go():
+        it = LoopIterations()
+        assert it.is_usable and not it.is_marking and it.floor_ns == 0
+        before = time.monotonic_ns()
+        it.late_read()
+        it.late_read()  # one mark queued at a time
+        assert it.is_marking and it.has_late_read
+        await asyncio.sleep(0)  # the first mark ran: the one before it is none yet
+        assert it.floor_ns == 0 and it.is_marking and not it.has_late_read
+        await asyncio.sleep(0)  # the second mark ran: the first is the floor; no late read since
+        first, second = it.floor_ns, it._last
+        assert before <= first < second <= time.monotonic_ns()
+        assert not it.is_marking
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert it.floor_ns == first  # no marks without late reads
+        it.late_read()
+        await asyncio.sleep(0)
+        assert it.floor_ns == second  # a late read marks again: the floor moves on one mark
+        return it
+
+    uvloop.run(go())
+
+
+def test_loop_marks_are_not_used_on_asyncios_own_loop():
+    async def go():
+        return LoopIterations().is_usable
+
+    assert asyncio.run(go()) is False
+
+
+def test_a_kernel_stamp_later_than_its_read_is_counted_and_replaced_by_the_read(server):
+    srv = server(lambda n: _sized(b"hello"))
+
+    async def go():
+        transport = LeanTransport()
+        transport.clock.offset_ns -= 10**12  # the realtime clock stepped back by 1000 s
+        _, body, _ = await _body(transport, srv.port)
+        await transport.aclose()
+        return transport, body
+
+    transport, body = asyncio.run(go())
+    assert transport.read_stats.num_stamp_after_read == 1
+    assert transport.read_stats.num_unstamped == 0
+    assert list(body.stamps) == list(body.loop_stamps)
+
+
+def test_reads_that_fill_the_buffer_keep_their_lower_bound_and_are_sampled(server):
+    size = 4 * READ_BYTES
+    srv = server(lambda n: [(OK_HEAD % size + b"z" * size, 0.0)])
+
+    async def go():
+        transport = LeanTransport()
+        _, body, sent = await _body(transport, srv.port, block_s=1.0)
+        await transport.aclose()
+        return transport, body, sent
+
+    transport, body, sent = uvloop.run(go())
+    assert body.num_bytes == size
+    stats = transport.read_stats
+    assert stats.num_full_reads >= 2 and stats.max_queued_bytes >= 2 * READ_BYTES
+    # bytes may still be queued after a full read: the next read keeps the same lower bound
+    assert body.floors[0] == body.floors[1] >= sent
+    assert transport.iterations.floor_ns > 0  # the late reads started the loop marks
+
+
+@pytest.mark.parametrize("extra, ok", [(0, True), (1, False)])
+def test_the_body_cap_admits_exactly_its_size(server, extra, ok):
+    cap = 1000
+    srv = server(lambda n: _sized(b"b" * (cap + extra)))
+
+    async def go():
+        transport = LeanTransport(max_body_bytes=cap)
+        _, _, body = await transport.open(_get(transport, srv.port))
+        try:
+            await body.complete()
+        except ResponseTooLarge as exc:
+            return body, str(exc)
+        finally:
+            await transport.aclose()
+        return body, None
+
+    body, error = asyncio.run(go())
+    if ok:
+        assert error is None and body.num_bytes == cap
+    else:
+        assert error == too_large_message(cap)
+        assert sum(map(len, body.chunks)) == body.num_bytes <= cap
+
+
+@pytest.mark.parametrize("spare, ok", [(0, True), (-1, False)])
+def test_the_head_cap_admits_a_head_of_exactly_its_size_with_its_body_in_the_same_read(server, spare, ok):
+    head = OK_HEAD % 5000
+    srv = server(lambda n: [(head + b"q" * 5000, 0.0)])
+
+    async def go():
+        transport = LeanTransport(max_head_bytes=len(head) + spare)
+        try:
+            _, body, _ = await _body(transport, srv.port)
+        except BadResponse as exc:
+            return None, str(exc)
+        finally:
+            await transport.aclose()
+        return body, None
+
+    body, error = asyncio.run(go())
+    if ok:
+        assert error is None and b"".join(body.chunks) == b"q" * 5000
+    else:
+        assert body is None and error == header_cap_message(len(head) - 1)
+
+
+def test_informational_heads_are_skipped_and_their_headers_dropped(server):
+    early = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"
+    srv = server(lambda n: [(early, 0.0), (b"HTTP/1.1 200 OK\r\nx-final: 1\r\ncontent-length: 2\r\n\r\nok", 0.1)])
+
+    async def go():
+        transport = LeanTransport()
+        status, headers, body = await transport.open(_get(transport, srv.port))
+        await body.complete()
+        await transport.aclose()
+        return status, headers, body
+
+    status, headers, body = asyncio.run(go())
+    assert status == 200 and b"".join(body.chunks) == b"ok"
+    assert [name.lower() for name, _ in headers] == [b"x-final", b"content-length"]
+
+
+def _two_gets(transport: LeanTransport, port: int):
+    async def go():
+        first = await _body(transport, port)
+        await asyncio.sleep(0.2)
+        second = await _body(transport, port)
+        await transport.aclose()
+        return first, second
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("close, connections", [(False, 1), (True, 2)])
+def test_a_connection_is_reused_unless_the_response_says_close(server, close, connections):
+    head = b"HTTP/1.1 200 OK\r\n%scontent-length: 2\r\n\r\nhi" % (b"connection: close\r\n" if close else b"")
+    srv = server(lambda n: [(head, 0.0)])
+    (status1, body1, _), (status2, body2, _) = _two_gets(LeanTransport(), srv.port)
+    assert (status1, status2) == (200, 200) and body1.chunks == body2.chunks == [b"hi"]
+    assert srv.num_connections == connections
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.1])
+def test_bytes_nobody_asked_for_end_the_connection(server, pause):
+    srv = server(lambda n: [(_sized(b"hi")[0][0], 0.0), (_sized(b"xx")[0][0], pause)])
+    (_, body1, _), (_, body2, _) = _two_gets(LeanTransport(), srv.port)
+    assert body1.chunks == body2.chunks == [b"hi"]
+    assert srv.num_connections == 2
+
+
+def test_a_body_without_length_ends_when_the_peer_closes(server):
+    srv = server(lambda n: [(b"HTTP/1.1 200 OK\r\n\r\nto the end", 0.0), (None, 0.1)])
+
+    async def go():
+        transport = LeanTransport()
+        _, body, _ = await _body(transport, srv.port)
+        await transport.aclose()
+        return body
+
+    assert b"".join(asyncio.run(go()).chunks) == b"to the end"
+
+
+@pytest.mark.parametrize("head", [OK_HEAD % 100, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"])
+def test_a_framed_body_cut_by_the_peer_is_a_read_error(server, head):
+    srv = server(lambda n: [(head + b"5\r\npart", 0.0), (None, 0.1)])
+
+    async def go():
+        transport = LeanTransport()
+        with pytest.raises(httpx.ReadError, match="connection lost: closed by peer"):
+            await _body(transport, srv.port)
+        await transport.aclose()
+
+    asyncio.run(go())
+
+
+def test_a_no_content_answer_cut_by_the_peer_before_its_head_ended_is_a_read_error(server):
+    srv = server(lambda n: [(b"HTTP/1.1 204 No Content\r\nx-a: 1\r\n", 0.0), (None, 0.1)])
+
+    async def go():
+        transport = LeanTransport()
+        with pytest.raises(httpx.ReadError, match="closed by peer"):
+            await _body(transport, srv.port)
+        await transport.aclose()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("answer, message", [
+    (b"NOT HTTP AT ALL\r\n\r\n", "malformed HTTP response"),
+    (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n",
+     "unexpected protocol upgrade"),
+])
+def test_a_broken_or_upgraded_response_is_a_bad_response(server, answer, message):
+    srv = server(lambda n: [(answer, 0.0)])
+
+    async def go():
+        transport = LeanTransport()
+        with pytest.raises(BadResponse, match=message):
+            await _body(transport, srv.port)
+        await transport.aclose()
+
+    asyncio.run(go())
+
+
+def test_a_cancelled_send_drops_its_connection(server):
+    srv = server(lambda n: [(_sized(b"late")[0][0], 1.0 if n == 1 else 0.0)])
+
+    async def go():
+        transport = LeanTransport()
+        task = asyncio.ensure_future(transport.open(_get(transport, srv.port)))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        _, body, _ = await _body(transport, srv.port)
+        await transport.aclose()
+        return body
+
+    assert asyncio.run(go()).chunks == [b"late"]
+    assert srv.num_connections == 2
+
+
+def test_closing_a_body_before_its_end_drops_the_connection(server):
+    srv = server(lambda n: _chunked(b"one", b"two", b"three"))
+
+    async def go():
+        transport = LeanTransport()
+        _, _, body = await transport.open(_get(transport, srv.port))
+        await body.aclose()
+        with pytest.raises(httpx.ReadError, match="response closed before its end"):
+            await body.complete()
+        await transport.aclose()
+
+    asyncio.run(go())
+    assert srv.closed.wait(10)
+
+
+def test_a_request_larger_than_the_socket_buffer_is_written_in_parts():
+    size = 8 << 20
+    listener = socket.create_server(("127.0.0.1", 0))
+    got = []
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            time.sleep(0.5)  # the client's socket buffer fills meanwhile
+            while len(data) < size:
+                data += conn.recv(1 << 20)
+            got.append(len(data))
+            conn.sendall(_sized(b"done")[0][0])
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def go():
+        transport = LeanTransport()
+        port = listener.getsockname()[1]
+        request = httpx.Request("POST", f"http://127.0.0.1:{port}/", content=b"p" * size)
+        status, _, body = await transport.open(transport.prepare(request))
+        await body.complete()
+        await transport.aclose()
+        return status, body
+
+    try:
+        status, body = asyncio.run(go())
+    finally:
+        listener.close()
+    assert status == 200 and body.chunks == [b"done"]
+    assert got and got[0] >= size
