@@ -39,9 +39,11 @@ class ServerErrorEvent(MalformedSSE):
 
 
 # NOTE: gc=False: decoded JSON holds no cycles, and untracked structs cost the collector nothing.
+# NOTE: Any: a server that sends arguments as an object (not OpenAI's string) still has a tool call;
+# only its string parts are text.
 class _Function(msgspec.Struct, gc=False):
-    name: str | None = None
-    arguments: str | None = None
+    name: Any = None
+    arguments: Any = None
 
 
 class _ToolCall(msgspec.Struct, gc=False):
@@ -132,7 +134,11 @@ def _tool_text(calls: list[_ToolCall] | None) -> str:
     """The streamed text of tool calls: each function's name, then its argument fragments."""
     if not calls:
         return ""
-    return "".join([(f.name or "") + (f.arguments or "") for c in calls if (f := c.function) is not None])
+    return "".join([_str(f.name) + _str(f.arguments) for c in calls if (f := c.function) is not None])
+
+
+def _str(value) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:

@@ -18,7 +18,7 @@ from loadgen.measure.records import RequestRecord
 from loadgen.plan.config import RunConfig
 from loadgen.report.html import render
 from loadgen.run.output_kinds import has_kinds
-from loadgen.run.sse import parse_stream, parse_whole
+from loadgen.run.sse import MalformedSSE, parse_stream, parse_whole
 from loadgen.selftest.testserver import TOOL_NAME
 
 DONE = b"data: [DONE]\n\n"
@@ -227,3 +227,15 @@ def test_tools_flag_sends_the_schema_and_bad_tool_flags_are_usage_errors(start_s
             main([*base, *flags])
         assert exc.value.code == 2
     assert "--tool-choice needs --tools" in capsys.readouterr().err
+
+
+def test_odd_tool_calls_are_one_line_errors_or_still_tool_calls():
+    # Arguments as an object (not OpenAI's string): still a tool-call event, with the name as its text.
+    rec = _parse([_event({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": {"a": 1}}}]})
+                  + _event({"tool_calls": [{"index": 0}]}) + DONE])
+    assert (rec.num_tool_call_events, rec.first_tool_call_ns, rec.output_chars) == (2, 100, 1)
+    for bad in ({"tool_calls": "f"}, {"tool_calls": [1]}):
+        with pytest.raises(MalformedSSE, match="undecodable event"):
+            _parse([_event(bad) + DONE])
+    with pytest.raises(MalformedSSE, match="undecodable event"):
+        _parse([_event({"content": "a"}) + _usage(1, reasoning=-1) + DONE])
