@@ -11,9 +11,9 @@ import re
 
 from loadgen.measure.records import RequestRecord
 
-# NOTE: `[^n\s]`: a value other than null. Inside a JSON string a quote is escaped, so text that
+# NOTE: a value other than null, "" or []. Inside a JSON string a quote is escaped, so text that
 # merely mentions the field never matches; a false match would only cost the per-event pass.
-_MARKED = re.compile(rb'"(?:reasoning_content|reasoning|tool_calls)"\s*:\s*[^n\s]')
+_MARKED = re.compile(rb'"(?:reasoning_content|reasoning|tool_calls)"\s*:\s*(?!null|""|\[\s*\])\S')
 
 
 def has_kinds(body: bytes) -> bool:

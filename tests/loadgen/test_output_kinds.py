@@ -89,7 +89,8 @@ def test_a_plain_stream_skips_the_per_event_pass_and_its_answer_is_its_first_tok
     events = [_event({"content": "a", "reasoning_content": None, "tool_calls": None}),
               _event({"content": "b"}) + _usage(2) + DONE]
     assert not has_kinds(b"".join(events))
-    assert has_kinds(_event({"reasoning": ""})) and has_kinds(b'{"tool_calls" : [')
+    assert has_kinds(_event({"reasoning": "r"})) and has_kinds(b'{"tool_calls" : [{')
+    assert not has_kinds(b'{"reasoning": "", "tool_calls": [ ], "reasoning_content":null}')
     assert not has_kinds(_event({"content": 'say "reasoning_content": "x"'}))  # text that names the field
     rec = _parse(events)
     assert rec.first_answer_ns == rec.first_token_ns == 100 and rec.num_reasoning_events == 0
