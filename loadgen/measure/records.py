@@ -48,7 +48,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     server_decode_ms: float | None = None
     # Reasoning and tool calls (loadgen/README.md, "Reasoning and tool calls"): the stamps of the first
     # answer (content) token event, of the first and last reasoning events and of the first tool-call
-    # event (None: none); without reasoning or tool-call fields the first answer is the first token.
+    # event (None: none); without reasoning or tool-call fields the first answer is the first token
+    # event with text.
     first_answer_ns: int | None = None
     first_reasoning_ns: int | None = None
     last_reasoning_ns: int | None = None

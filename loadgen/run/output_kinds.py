@@ -2,7 +2,8 @@
 the request's stamps and counts of each (off the read path, after `sse.parse_stream` found them).
 
 Only a stream whose body holds a reasoning or tool-call field with a value comes here (`has_kinds`:
-one scan of the body in C); in any other stream the first answer token is the first token event.
+one scan of the body in C); in any other stream the first answer token is the first token event
+with text (`first_answer`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ _MARKED = re.compile(rb'"(?:reasoning_content|reasoning|tool_calls)"\s*:\s*(?!nu
 def has_kinds(body: bytes) -> bool:
     """Whether a body may carry reasoning or tool-call deltas (never False when it does)."""
     return _MARKED.search(body) is not None
+
+
+def first_answer(chunk_ns: list[int], texts: list[str]) -> int | None:
+    """A stream without reasoning or tool calls: the stamp of its first token event with text."""
+    return next((ns for ns, text in zip(chunk_ns, texts, strict=False) if text), None)
 
 
 def time_stream(record: RequestRecord, chunks: list, content: list[int]) -> None:

@@ -202,7 +202,7 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     if output_kinds.has_kinds(body):
         output_kinds.time_stream(record, decoded[0], events.content)
     else:
-        record.first_answer_ns = record.first_token_ns
+        record.first_answer_ns = output_kinds.first_answer(record.chunk_ns, events.texts)
     _count_tokens(record, events.texts, tokenizer)
     return "".join(events.texts) if want_text else None
 

@@ -94,6 +94,11 @@ def test_a_plain_stream_skips_the_per_event_pass_and_its_answer_is_its_first_tok
     assert not has_kinds(_event({"content": 'say "reasoning_content": "x"'}))  # text that names the field
     rec = _parse(events)
     assert rec.first_answer_ns == rec.first_token_ns == 100 and rec.num_reasoning_events == 0
+    # As vLLM answers a forced tool call it never streamed: one closing token with no text.
+    rec = _parse([_event({"role": "assistant", "content": ""}),
+                  b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"length"}]}\n\n'
+                  + _usage(40) + DONE])
+    assert rec.first_token_ns == 200 and rec.first_answer_ns is None
 
 
 def test_a_whole_response_with_a_tool_call_and_reasoning():
