@@ -7,6 +7,7 @@ stamp belongs to, and the counts."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import httpx
@@ -198,15 +199,19 @@ def test_tool_call_deltas_are_timed_counted_and_in_the_output(start_server, tmp_
     assert "time to first tool-call token mean (ms)" in page and "Requests with tool calls" in page
 
 
-def test_reasoning_then_a_tool_call_in_the_terminal_table(start_server, tmp_path, capsys):
+def test_reasoning_then_a_tool_call_in_the_terminal_table_and_the_csv(start_server, tmp_path, capsys):
     server = _server(start_server, "--reasoning-tokens", "2", "--tool-calls")
     rc = main(["--base-url", server.base_url, "--num-prompts", "2", "--concurrency", "2", "--random-input-len", "8",
-               "--random-output-len", str(NUM_TOKENS), "--no-server-metrics"])
+               "--random-output-len", str(NUM_TOKENS), "--no-server-metrics", "--csv", str(tmp_path / "r.csv")])
     assert rc == 0
     out = capsys.readouterr().out
     for label in ("Reasoning ", "TTF tool call", "Requests with reasoning", "Tool-call events (in the output)"):
         assert label in out
     assert "TTFO (answer)" not in out  # every answer was a tool call
+    with (tmp_path / "r.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["ttfo_ms"], r["reasoning_tokens"], r["num_tool_call_events"]) for r in rows] == [("", "2", "4")] * 2
+    assert all(float(r["ttf_tool_call_ms"]) > float(r["ttft_ms"]) for r in rows)  # after the two reasoning writes
 
 
 def test_tools_flag_sends_the_schema_and_bad_tool_flags_are_usage_errors(start_server, tmp_path, capsys):
