@@ -448,7 +448,7 @@ def _empty_kind(choices: list[_Choice]) -> int:
     for c in choices:
         d = c.delta
         if d is not None:
-            if d.content is None and d.reasoning_content is None and d.reasoning is None and d.tool_calls is None:
+            if d.content is None and d.reasoning_content is None and d.reasoning is None and not d.tool_calls:
                 continue
             if d.role is None and c.finish_reason is None:
                 return EMPTY_TEXT

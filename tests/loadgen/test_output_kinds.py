@@ -245,6 +245,9 @@ def test_odd_tool_calls_are_one_line_errors_or_still_tool_calls():
     rec = _parse([_event({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": {"a": 1}}}]})
                   + _event({"tool_calls": [{"index": 0}]}) + DONE])
     assert (rec.num_tool_call_events, rec.first_tool_call_ns, rec.output_chars) == (2, 100, 1)
+    # An empty list is no tool call and, alone in a delta, no token event (as a delta of nothing).
+    rec = _parse([_event({"content": "a"}), _event({"tool_calls": []}), _event({"content": "b"}) + DONE])
+    assert (rec.chunk_ns, rec.num_tool_call_events, rec.num_empty_text_events) == ([100, 300], 0, 0)
     for bad in ({"tool_calls": "f"}, {"tool_calls": [1]}):
         with pytest.raises(MalformedSSE, match="undecodable event"):
             _parse([_event(bad) + DONE])
