@@ -207,6 +207,30 @@ def json_object(text: str) -> dict:
     return value
 
 
+#: The largest --tools file read (tool schemas are small; this bounds a wrong path's cost).
+MAX_TOOLS_FILE_BYTES = 1 << 20
+
+
+def tools_file(text: str) -> list:
+    """A JSON file holding a list of OpenAI tool definitions, each `{"type": "function",
+    "function": {"name": ..., ...}}` (the chat request's `tools` field)."""
+    from loadgen.report.jsonfile import JsonFileError, read_json
+
+    try:
+        tools = read_json(existing_file(text), max_bytes=MAX_TOOLS_FILE_BYTES)
+    except JsonFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not isinstance(tools, list) or not tools or not all(_is_tool(t) for t in tools):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want a non-empty JSON list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+    return tools
+
+
+def _is_tool(tool) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return tool.get("type") == "function" and isinstance(function, dict) and isinstance(function.get("name"), str)
+
+
 def existing_file(text: str) -> str:
     """A path to a readable file."""
     if not os.path.isfile(text) or not os.access(text, os.R_OK):

@@ -52,6 +52,9 @@ exit codes: 0 done; 1 the run could not start (server unreachable, dataset unrea
 130 interrupted (results still written, unless Ctrl-C came before the load started)."""
 
 
+TOOL_CHOICES = ("auto", "required", "none")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The run parser (flag names follow SGLang's bench_serving where it has one)."""
     p = argparse.ArgumentParser(
@@ -97,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--min-tokens", action="store_true", help="send min_tokens equal to the output length")
     a("--no-usage", action="store_true", help="do not ask for stream_options.include_usage")
     a("--extra-request-body", type=at.json_object, default={}, help="JSON object merged into every request body")
+    # issue 32: reasoning and tool calls
+    a("--tools", type=at.tools_file, default=None, metavar="FILE",
+      help="JSON list of OpenAI tool definitions sent as every chat request's `tools` (the server "
+      "then streams tool_calls deltas, timed apart: README \"Reasoning and tool calls\")")
+    a("--tool-choice", choices=TOOL_CHOICES, default=None,
+      help="the chat request's tool_choice (with --tools; default: the server's, usually auto)")
     a("--header", type=at.header, action="append", default=[], help="'Name: value', repeatable")
     a("--dataset", "--dataset-name", dest="dataset", choices=DATASETS, default=_DC.name)
     a("--dataset-path", type=at.existing_file, default=None,
@@ -280,7 +289,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=_ignore_eos(args),
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
-        extra_body=args.extra_request_body, headers=dict(args.header), transport=args.transport,
+        extra_body=_with_tools(args), headers=dict(args.header), transport=args.transport,
         stamps=args.stamps,
         max_response_bytes=max_response_bytes,
         max_response_header_bytes=args.max_response_header_bytes, max_error_rate=args.max_error_rate,
@@ -344,6 +353,19 @@ def _base_url(args: argparse.Namespace) -> str:
     if args.host is None and args.port is None:
         return RunConfig.base_url
     return at.base_url(f"http://{args.host or '127.0.0.1'}:{args.port or 8000}")
+
+
+def _with_tools(args: argparse.Namespace) -> dict:
+    """--extra-request-body with --tools and --tool-choice under it (its own keys win, as with the
+    sampling flags); ValueError for --tool-choice without --tools or --tools without chat."""
+    if args.tools is None:
+        if args.tool_choice is not None:
+            raise ValueError("--tool-choice needs --tools")
+        return args.extra_request_body
+    if BACKEND_ALIASES[args.backend] != "openai-chat":
+        raise ValueError("--tools needs the chat backend (openai-chat)")
+    tools = {"tools": args.tools} | ({"tool_choice": args.tool_choice} if args.tool_choice else {})
+    return tools | args.extra_request_body
 
 
 def _sampling(args: argparse.Namespace, backend: str) -> dict:

@@ -18,6 +18,12 @@ from loadgen.measure.token_counts import reconcile_tokens
 from loadgen.plan.config import RunConfig
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2e_latency", "send_lag")
+#: Latencies of runs that streamed reasoning or tool calls: time to first output token (AIPerf's
+#: TTFO: the first answer token), reasoning duration, time to first tool-call token.
+KIND_METRICS = ("ttfo", "reasoning_duration", "ttf_tool_call")
+#: `reasoning_tokens_source`: the server's usage, else the reasoning events counted by the client.
+SOURCE_REASONING_USAGE = "usage (completion_tokens_details.reasoning_tokens)"
+SOURCE_REASONING_EVENTS = "reasoning events"
 
 
 def pct_key(p: float) -> str:
@@ -168,6 +174,49 @@ def per_turn(cfg: RunConfig, records: list[RequestRecord]) -> list[dict] | None:
     return rows
 
 
+def reasoning_tokens(rec: RequestRecord) -> int:
+    """The server's reasoning token count when given, else the client's count of reasoning events."""
+    return rec.usage_reasoning_tokens if rec.usage_reasoning_tokens is not None else rec.reasoning_event_tokens
+
+
+def kind_latencies(cfg: RunConfig, ok: list[RequestRecord]) -> dict[str, list[float]]:
+    """Per request, in ms: time to its first answer token and to its first tool-call token (from
+    where TTFT starts) and its reasoning duration (first reasoning event to the last)."""
+    lat: dict[str, list[float]] = {m: [] for m in KIND_METRICS}
+    for r in ok:
+        t0 = origin_ns(cfg, r)
+        if r.first_answer_ns is not None:
+            lat["ttfo"].append((r.first_answer_ns - t0) / 1e6)
+        if r.first_reasoning_ns is not None and r.last_reasoning_ns is not None:
+            lat["reasoning_duration"].append((r.last_reasoning_ns - r.first_reasoning_ns) / 1e6)
+        if r.first_tool_call_ns is not None:
+            lat["ttf_tool_call"].append((r.first_tool_call_ns - t0) / 1e6)
+    return lat
+
+
+def output_kinds(cfg: RunConfig, ok: list[RequestRecord]) -> dict:
+    """Reasoning and tool-call figures; empty when no request streamed either (then TTFT is the
+    time to the first answer token). A latency none of the requests has is left out."""
+    if not any(r.num_reasoning_events or r.num_tool_call_events or r.usage_reasoning_tokens for r in ok):
+        return {}
+    reasoning = [r for r in ok if r.num_reasoning_events or r.usage_reasoning_tokens]
+    total = sum(reasoning_tokens(r) for r in reasoning)
+    sources = {SOURCE_REASONING_USAGE if r.usage_reasoning_tokens is not None else SOURCE_REASONING_EVENTS
+               for r in reasoning}
+    out: dict = {
+        "requests_with_reasoning": len(reasoning),
+        "total_reasoning_tokens": total,
+        "mean_reasoning_tokens": total / len(reasoning) if reasoning else None,
+        "reasoning_tokens_source": None if not sources else sources.pop() if len(sources) == 1 else "mixed",
+        "requests_with_tool_calls": sum(1 for r in ok if r.num_tool_call_events),
+        "total_tool_call_events": sum(r.num_tool_call_events for r in ok),
+    }
+    for name, values in kind_latencies(cfg, ok).items():
+        if values:  # NOTE: e.g. no TTFO when every answer was a tool call
+            out.update(distribution(name, values, cfg.percentiles))
+    return out
+
+
 def _peaks(records: list[RequestRecord], t0: int) -> dict:
     ok = [r for r in records if r.ok]
     times = np.concatenate([np.asarray(r.chunk_ns, dtype=np.int64) for r in ok]) if ok else np.zeros(0)
@@ -269,6 +318,7 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         summary["ttft_split"] = split
     if (turns := per_turn(cfg, records)) is not None:
         summary["per_turn"] = turns
+    summary.update(output_kinds(cfg, ok))
     summary["errors"] = _errors(records)
     summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok), ok, summary.get("median_ttft_ms"))
     summary["client_bound"] = summary["client_health"]["client_bound"]

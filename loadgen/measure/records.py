@@ -46,6 +46,18 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     server_prefill_steps: int | None = None
     server_first_output_ms: float | None = None
     server_decode_ms: float | None = None
+    # Reasoning and tool calls (loadgen/README.md, "Reasoning and tool calls"): the stamps of the first
+    # answer (content) token event, of the first and last reasoning events and of the first tool-call
+    # event (None: none); without reasoning or tool-call fields the first answer is the first token
+    # event with text.
+    first_answer_ns: int | None = None
+    first_reasoning_ns: int | None = None
+    last_reasoning_ns: int | None = None
+    first_tool_call_ns: int | None = None
+    num_reasoning_events: int = 0
+    reasoning_event_tokens: int = 0  # the reasoning events' tokens, counted as output tokens are
+    num_tool_call_events: int = 0
+    usage_reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     # Multi-turn sessions (`--dataset multi-turn`): the session's index and this request's turn (0-based).
     session: int | None = None
     turn: int | None = None

@@ -23,7 +23,9 @@ __all__ = ["TEXT_ONLY", "log_x", "render", "page", "table", "tag", "join", "esc"
 
 LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL per chunk", "e2e_latency": "E2E latency",
                  "client_queue_time": "client queue time (vLLM)",
-                 "e2el_including_client_queue": "E2E incl. client queue (vLLM)"}
+                 "e2el_including_client_queue": "E2E incl. client queue (vLLM)",
+                 "ttfo": "TTFO (first answer token)", "reasoning_duration": "reasoning duration",
+                 "ttf_tool_call": "time to first tool-call token"}
 HEADER_KEYS = ("date", "base_url", "model_id", "backend", "transport", "loadgen_version")
 NO_TIMELINE = "no timeline in this file (older loadgen)"
 NO_CDF = "no CDF in this file (older loadgen)"

@@ -41,7 +41,8 @@ PEAK_NOTES = {
                                "bucket; loadgen: most requests in flight at one instant",
 }
 #: Latency metrics shown in `compare` and the report's summary, in this order: loadgen's, then vLLM's own.
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency", "client_queue_time", "e2el_including_client_queue")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency", "client_queue_time", "e2el_including_client_queue",
+                   "ttfo", "reasoning_duration", "ttf_tool_call")
 #: The longest span of per-request times drawn as a timeline, and the most buckets it gets.
 MAX_TIMELINE_SPAN_S, MAX_TIMELINE_BUCKETS = 1e8, 2000
 

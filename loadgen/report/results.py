@@ -36,7 +36,17 @@ TABLE_ROWS = (
     ("concurrency", "Mean requests in flight", "{:,.2f}"),
     ("max_concurrent_requests", "Peak requests in flight", "{:,.0f}"),
     ("request_goodput", "Request goodput (req/s)", "{:,.2f}"),
+    # issue 32: reasoning and tool calls (only in runs that streamed either: metrics.output_kinds)
+    ("requests_with_reasoning", "Requests with reasoning", "{:,.0f}"),
+    ("total_reasoning_tokens", "Total reasoning tokens", "{:,.0f}"),
+    ("mean_reasoning_tokens", "  per request with reasoning", "{:,.1f}"),
+    ("reasoning_tokens_source", "  counted from", "{}"),
+    ("requests_with_tool_calls", "Requests with tool calls", "{:,.0f}"),
+    ("total_tool_call_events", "Tool-call events (in the output)", "{:,.0f}"),
 )
+#: TABLE_ROWS keys a run has only when it streamed reasoning or tool calls.
+KIND_KEYS = ("requests_with_reasoning", "total_reasoning_tokens", "mean_reasoning_tokens",
+             "reasoning_tokens_source", "requests_with_tool_calls", "total_tool_call_events")
 
 def _jsonable(value):
     """`value` as strict JSON can hold it: +-inf as "inf" / "-inf", NaN as None (JSON has
@@ -159,8 +169,18 @@ def write_records(path: str, result: RunResult) -> None:
                 "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,
                 "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
+                **_kind_row(r, ms, origin_ns(result.cfg, r)),
             }
             f.write(json.dumps(_jsonable(row)) + "\n")
+
+
+def _kind_row(r: RequestRecord, ms, t0: int) -> dict:
+    """A record row's reasoning and tool-call figures (README "Reasoning and tool calls")."""
+    since = lambda ns: None if ns is None else (ns - t0) / 1e6  # noqa: E731
+    return {"ttfo_ms": since(r.first_answer_ns), "ttf_tool_call_ms": since(r.first_tool_call_ns),
+            "first_reasoning_ms": ms(r.first_reasoning_ns), "last_reasoning_ms": ms(r.last_reasoning_ns),
+            "num_reasoning_events": r.num_reasoning_events, "reasoning_event_tokens": r.reasoning_event_tokens,
+            "usage_reasoning_tokens": r.usage_reasoning_tokens, "num_tool_call_events": r.num_tool_call_events}
 
 
 def fmt(value, spec: str = "{:,.2f}") -> str:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from loadgen.measure.metrics import pct_key
 from loadgen.report import peers
-from loadgen.report.results import TABLE_ROWS, fmt
+from loadgen.report.results import KIND_KEYS, TABLE_ROWS, fmt
 from loadgen.run.runner import RunResult
 
 #: TABLE_ROWS keys the headline block shows, in its order; the others go to the details.
@@ -20,10 +20,12 @@ HEADLINE_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total
                  "request_throughput", "output_throughput", "max_output_tokens_per_s", "total_throughput",
                  "concurrency", "max_concurrent_requests", "request_goodput")
 #: Rows shown only when the run has them.
-OPTIONAL_KEYS = ("request_goodput", "total_output_tokens_retokenized")
+OPTIONAL_KEYS = ("request_goodput", "total_output_tokens_retokenized", *KIND_KEYS)
 MIN_WIDTH = 64
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"), ("itl_per_token", "ITL per token"),
              ("e2e_latency", "E2E latency"))
+#: Shown only when the run has them (it streamed reasoning or tool calls): README "Reasoning and tool calls".
+KIND_LATENCIES = (("ttfo", "TTFO (answer)"), ("reasoning_duration", "Reasoning"), ("ttf_tool_call", "TTF tool call"))
 #: The TTFT split's parts as the table names them. `client_network` is the part the server does
 #: not time: the client's send and read, the wire and kernels, the server's HTTP head parse.
 TTFT_PART_LABELS = {"client_network": "outside server timing", "queue": "server queue",
@@ -72,6 +74,7 @@ def _latency_grid(s: dict, percentiles) -> list[str]:
     stats += [(pct_key(p), pct_key(p)) for p in sorted(percentiles)]
     names = [(name, label) for name, label in LATENCIES
              if name != "itl_per_token" or _per_token_differs(s, percentiles)]
+    names += [(name, label) for name, label in KIND_LATENCIES if s.get(f"mean_{name}_ms") is not None]
     cells = [[label] + [fmt(s.get(f"{key}_{name}_ms")) for _, key in stats] for name, label in names]
     header = [""] + [head for head, _ in stats]
     widths = [max(len(row[i]) for row in (header, *cells)) for i in range(len(header))]

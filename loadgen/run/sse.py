@@ -24,6 +24,7 @@ from loadgen.plan.config import (
     NO_TEXT,
     TOKEN_EVENT_RULES,
 )
+from loadgen.run import output_kinds
 
 #: A kernel stamp that may lie further than this after its event's arrival counts as uncertain.
 STAMP_TOLERANCE_NS = int(CLIENT_BOUND_STAMP_MS * 1e6)
@@ -38,16 +39,29 @@ class ServerErrorEvent(MalformedSSE):
 
 
 # NOTE: gc=False: decoded JSON holds no cycles, and untracked structs cost the collector nothing.
+# NOTE: Any: a server that sends arguments as an object (not OpenAI's string) still has a tool call;
+# only its string parts are text.
+class _Function(msgspec.Struct, gc=False):
+    name: Any = None
+    arguments: Any = None
+
+
+class _ToolCall(msgspec.Struct, gc=False):
+    function: _Function | None = None
+
+
 class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
     role: Any = None
 
 
 class _Message(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -66,9 +80,14 @@ _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 MAX_SPAN_MS = 1e9
 
 
+class _CompletionDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: _Count | None = None
+
+
 class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: _Count | None = None
     completion_tokens: _Count | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
 
 class _Chunk(msgspec.Struct, gc=False):
@@ -103,12 +122,23 @@ _BOM = b"\xef\xbb\xbf"
 def _choice_text(choice: _Choice) -> str:
     d = choice.delta
     if d is not None:
-        if d.reasoning_content is None and d.reasoning is None:
+        if d.reasoning_content is None and d.reasoning is None and d.tool_calls is None:
             return d.content or ""
-        return (d.reasoning_content or d.reasoning or "") + (d.content or "")
-    if choice.message is not None:
-        return (choice.message.reasoning_content or "") + (choice.message.content or "")
+        return (d.reasoning_content or d.reasoning or "") + (d.content or "") + _tool_text(d.tool_calls)
+    if (m := choice.message) is not None:
+        return (m.reasoning_content or "") + (m.content or "") + _tool_text(m.tool_calls)
     return choice.text or ""
+
+
+def _tool_text(calls: list[_ToolCall] | None) -> str:
+    """The streamed text of tool calls: each function's name, then its argument fragments."""
+    if not calls:
+        return ""
+    return "".join([_str(f.name) + _str(f.arguments) for c in calls if (f := c.function) is not None])
+
+
+def _str(value) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _events(chunks: list[bytes]) -> tuple[bytes, list[int]]:
@@ -169,6 +199,10 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     if client_delays is not None and reads.is_kernel:
         # NOTE: a read's pieces share its stamps; reads differ in their loop stamps.
         client_delays.extend([lp - st for lp, st in dict.fromkeys(zip(loop, stamps, strict=True))])
+    if output_kinds.has_kinds(body):
+        output_kinds.time_stream(record, decoded[0], events.content)
+    else:
+        record.first_answer_ns = output_kinds.first_answer(record.chunk_ns, events.texts)
     _count_tokens(record, events.texts, tokenizer)
     return "".join(events.texts) if want_text else None
 
@@ -344,7 +378,7 @@ def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], lo
     events = _token_events(chunks, takes)
     final = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
     if final is not None:
-        record.usage_prompt_tokens, record.usage_completion_tokens = final.prompt_tokens, final.completion_tokens
+        _take_usage(record, final)
     if events.closing is not None:
         _settle_closing(events, chunks, final, takes)
     content = events.content
@@ -357,6 +391,12 @@ def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], lo
     exact = _exact_content(content, pieces, ends_read, loop, events.announced)
     record.num_coalesced_events = len(exact) - sum(exact)
     return events, content_pieces, exact
+
+
+def _take_usage(record: RequestRecord, usage: _Usage) -> None:
+    record.usage_prompt_tokens, record.usage_completion_tokens = usage.prompt_tokens, usage.completion_tokens
+    if (details := usage.completion_tokens_details) is not None:
+        record.usage_reasoning_tokens = details.reasoning_tokens
 
 
 @dataclass(slots=True)
@@ -408,7 +448,7 @@ def _empty_kind(choices: list[_Choice]) -> int:
     for c in choices:
         d = c.delta
         if d is not None:
-            if d.content is None and d.reasoning_content is None and d.reasoning is None:
+            if d.content is None and d.reasoning_content is None and d.reasoning is None and not d.tool_calls:
                 continue
             if d.role is None and c.finish_reason is None:
                 return EMPTY_TEXT
@@ -512,10 +552,10 @@ def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None)
     except msgspec.DecodeError as exc:
         raise MalformedSSE(f"undecodable response {body[:80]!r}: {exc}") from None
     if chunk.usage is not None:
-        record.usage_prompt_tokens = chunk.usage.prompt_tokens
-        record.usage_completion_tokens = chunk.usage.completion_tokens
+        _take_usage(record, chunk.usage)
     text = "".join(_choice_text(c) for c in chunk.choices)
     record.first_token_ns = end_ns
+    output_kinds.time_whole(record, chunk.choices, end_ns)
     record.chunk_ns = [end_ns]
     usage = record.usage_completion_tokens
     record.chunk_tokens = [float(usage) if usage else 1.0]

@@ -23,7 +23,11 @@ FIFO queue before their TTFT clock starts (a known knee for `loadgen sweep`). Wi
 every K-th token event carries an empty text (`content: ""` or `text: ""`: a token that decoded to no
 text, as vLLM sends some), still a token in the truth (`/stats`, `/truth`, usage). A chat stream's
 role-only chunk goes out with the response head, or with `--role-chunk` in the first token's write,
-just before it (vLLM's order). Binds to 127.0.0.1 only.
+just before it (vLLM's order). With `--reasoning-tokens K` a chat stream's first K token events are
+reasoning deltas (`--reasoning-field reasoning_content` or `reasoning`) and its usage carries
+`completion_tokens_details.reasoning_tokens`; with `--tool-calls` the events after them are
+`tool_calls` deltas (the function's name, then one argument fragment per event), not content.
+Binds to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ _SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-enc
 _CLOSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 _BIG_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 65536 + b'"}}]}\n\n'
 MAX_MODEL_LEN = 32768
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+#: The function a `--tool-calls` stream calls; its first tool-call event carries this name.
+TOOL_NAME = "get_weather"
 #: The scripted per-request timing (a streamed request with `x-server-timing`): these spans, and
 #: first_output_ms = the true TTFT as written.
 SCRIPTED_TIMING = {"arrival_to_queue_ms": 0.5, "queue_ms": 2.0, "prefill_ms": 3.0, "prefill_steps": 1}
@@ -87,6 +94,9 @@ class ServerScript:
     truth_stamps: bool = False  # keep each content event's write time per x-request-id (GET /truth)
     empty_every: int | None = None  # every K-th token event has an empty text (still a token)
     role_chunk: bool = False  # chat: the role chunk goes out with the first token, not with the head
+    reasoning_tokens: int = 0  # chat: the first K token events are reasoning deltas
+    reasoning_field: str = "reasoning_content"  # or "reasoning" (newer vLLM, OpenRouter)
+    tool_calls: bool = False  # chat: the events after the reasoning are tool-call deltas
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -100,6 +110,8 @@ class ServerScript:
             raise ValueError("capacity must be >= 1")
         if self.empty_every is not None and self.empty_every < 1:
             raise ValueError("empty_every must be >= 1")
+        if self.reasoning_tokens < 0 or self.reasoning_field not in REASONING_FIELDS:
+            raise ValueError(f"reasoning_tokens must be >= 0, reasoning_field one of {REASONING_FIELDS}")
 
     def is_empty(self, i: int) -> bool:
         """Whether token event `i` (0-based) carries an empty text."""
@@ -360,7 +372,7 @@ class _Stream:
         if token != " tok":
             self.payload = self.payload.replace(b'" tok"', msgspec.json.encode(token))
         self.empty_payload = self.payload.replace(msgspec.json.encode(token), b'""')
-        self.prompt_tokens = prompt_tokens
+        self.prompt_tokens, self.token = prompt_tokens, token
         self.n, self.usage, self.fault, self.arrived = n, usage, fault, arrived
         self.sent = 0
         self.times = None
@@ -425,7 +437,7 @@ class _Stream:
         """Token event `i` (0-based): empty where the script says; the first after the role chunk
         when that goes with it (`role_chunk`)."""
         script = self.server.script
-        payload = self.payload
+        payload = (_kind_event(script, i, self.token) if self.is_chat else None) or self.payload
         if script.is_empty(i):
             payload = self.empty_payload
             self.server.truth.num_empty += 1
@@ -479,6 +491,8 @@ class _Stream:
         if self.usage:
             usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
                      "total_tokens": self.prompt_tokens + self.n}
+            if self.is_chat and self.server.script.reasoning_tokens:
+                usage["completion_tokens_details"] = {"reasoning_tokens": min(self.server.script.reasoning_tokens, self.n)}
             out.append(b"data: " + msgspec.json.encode({"id": "c", "choices": [], "usage": usage}) + b"\n\n")
         if self.conn.asks_timing:
             out.append(self._timing_comment())
@@ -491,6 +505,23 @@ class _Stream:
         decode = (time.perf_counter_ns() - self.first_ns) / 1e6
         fields = {**SCRIPTED_TIMING, "first_output_ms": first, "decode_ms": decode}
         return b": server-timing " + msgspec.json.encode(fields) + b"\n\n"
+
+
+def _kind_event(script: ServerScript, i: int, token: str) -> bytes | None:
+    """Chat token event `i` (0-based) as a reasoning delta (the first `reasoning_tokens`) or, with
+    `tool_calls`, a tool-call delta (the first names the function); None: a content event."""
+    if i < script.reasoning_tokens:
+        delta: dict = {script.reasoning_field: token}
+    elif script.tool_calls:
+        call: dict = {"index": 0, "function": {"arguments": token}}
+        if i == script.reasoning_tokens:
+            call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": TOOL_NAME, "arguments": ""}}
+        delta = {"tool_calls": [call]}
+    else:
+        return None
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
 
 
 def _endless(conn: _Handler) -> None:
@@ -536,6 +567,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--role-chunk", action="store_true",
                    help="chat: the role-only chunk goes out in the first token's write (vLLM's order), "
                    "not with the response head")
+    p.add_argument("--reasoning-tokens", type=int, default=0, metavar="K",
+                   help="chat: the first K token events are reasoning deltas")
+    p.add_argument("--reasoning-field", choices=REASONING_FIELDS, default="reasoning_content")
+    p.add_argument("--tool-calls", action="store_true",
+                   help="chat: the token events after the reasoning are tool-call deltas, not content")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -546,7 +582,8 @@ def main(argv: list[str] | None = None) -> None:
                           has_tokenize=not args.no_tokenize, burst=args.burst, metrics=args.metrics,
                           log_requests=args.log_requests, capacity=args.capacity,
                           truth_stamps=args.truth_stamps, empty_every=args.empty_every,
-                          role_chunk=args.role_chunk)
+                          role_chunk=args.role_chunk, reasoning_tokens=args.reasoning_tokens,
+                          reasoning_field=args.reasoning_field, tool_calls=args.tool_calls)
     import uvloop
 
     async def serve() -> None:
