@@ -36,6 +36,12 @@ TABLE_ROWS = (
     ("concurrency", "Mean requests in flight", "{:,.2f}"),
     ("max_concurrent_requests", "Peak requests in flight", "{:,.0f}"),
     ("request_goodput", "Request goodput (req/s)", "{:,.2f}"),
+    # issue 32: APIs (None where they do not apply: left out)
+    ("total_embedding_inputs", "Embeddings inputs answered", "{:,.0f}"),
+    ("embedding_input_throughput", "Embeddings input throughput (inputs/s)", "{:,.2f}"),
+    ("total_images", "Images sent", "{:,.0f}"),
+    ("total_request_bytes", "Request bytes sent (total)", "{:,.0f}"),
+    ("mean_request_bytes", "Request bytes sent (mean per request)", "{:,.0f}"),
 )
 
 def _jsonable(value):
