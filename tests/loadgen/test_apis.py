@@ -52,6 +52,11 @@ def test_embeddings_report_latency_inputs_and_tokens_and_no_token_latencies(star
     headline = {line.split(":")[0]: line.split()[-1] for line in table.split(" details ")[0].splitlines()
                 if ":" in line}
     assert headline["Embeddings inputs answered"] == str(3 * NUM)
+    page = tmp_path / "emb.html"
+    assert main(["report", str(out), "--output", str(page)]) == 0
+    html = page.read_text()
+    assert "TTFT mean (ms)</td><td class='num'>n/a for embeddings" in html
+    assert "Embeddings input throughput (inputs/s)" in html
 
 
 def test_responses_stream_is_timed_as_chat(start_server, tmp_path):
@@ -64,6 +69,7 @@ def test_responses_stream_is_timed_as_chat(start_server, tmp_path):
     assert data["output_tokens_source"] == "usage"
     rows = [json.loads(line) for line in recs.read_text().splitlines()]
     assert all(len(r["chunk_ms"]) == NUM_TOKENS for r in rows)
+    assert sum(r["request_bytes"] for r in rows) == data["total_request_bytes"] == stats["request_body_bytes"]
     assert sum(r["usage_prompt_tokens"] for r in rows) == data["total_input_tokens"] > 0
     # NOTE: the client sees each first token after the server wrote it: sorted, each TTFT is at
     # least the server's own (arrival to write).
