@@ -361,6 +361,11 @@ def _check_workload_flags(args: argparse.Namespace) -> None:
         raise ValueError("--dataset multi-turn needs --backend openai-chat or openai-completions")
     if args.embedding_batch_size > 1 and args.dataset in TRACE_DATASETS:
         raise ValueError("--random-batch-size > 1 groups prompts: it does not apply to a replayed trace")
+    if args.image_batch_size:
+        try:
+            import PIL  # noqa: F401 - only to say early and clearly that it is missing
+        except ImportError as exc:
+            raise ValueError(f"--image-batch-size needs Pillow ({exc}): pip install 'serving-hotpaths[vision]'") from None
 
 
 def _base_url(args: argparse.Namespace) -> str:

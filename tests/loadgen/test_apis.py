@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -166,3 +168,11 @@ def test_api_flags_that_do_not_combine_are_usage_errors(flags, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--num-prompts", "1", "--concurrency", "1", *flags])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_images_without_pillow_name_the_extra_in_one_line():
+    code = ("import sys; sys.modules['PIL'] = None; from loadgen.cli import main; "
+            "sys.exit(main(['--num-prompts', '1', '--concurrency', '1', '--image-batch-size', '1']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "pip install 'serving-hotpaths[vision]'" in proc.stderr.strip().splitlines()[-1]
