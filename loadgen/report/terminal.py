@@ -17,7 +17,8 @@ from loadgen.run.runner import RunResult
 
 #: TABLE_ROWS keys the headline block shows, in its order; the others go to the details.
 HEADLINE_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-                 "request_throughput", "total_embedding_inputs", "embedding_input_throughput", "output_throughput", "max_output_tokens_per_s", "total_throughput",
+                 "request_throughput", "total_embedding_inputs", "embedding_input_throughput",
+                 "output_throughput", "max_output_tokens_per_s", "total_throughput",
                  "concurrency", "max_concurrent_requests", "request_goodput")
 #: Rows shown only when the run has them.
 OPTIONAL_KEYS = ("request_goodput", "total_output_tokens_retokenized", "total_embedding_inputs",
