@@ -444,6 +444,26 @@ def memory_note(cfg: RunConfig, dcfg: DatasetConfig, available: int | None) -> s
             f"exhaust memory (lower --max-response-bytes{' or the context bound' if session else ''})")
 
 
+def images_note(cfg: RunConfig, available: int | None) -> str | None:
+    """issue 32: a warning when the request bodies' images, all built before the run, could hold more
+    than half the memory available (random pixels barely compress; base64 adds a third)."""
+    if not cfg.image_batch_size or available is None:
+        return None
+    if cfg.num_prompts is not None:
+        num = cfg.num_prompts
+    elif cfg.is_rate_mode and math.isfinite(cfg.request_rate):
+        num = math.ceil(cfg.request_rate * (cfg.duration_s or 0))
+    else:
+        num = max(cfg.concurrency or 1, 64)  # NOTE: --duration repeats this many bodies (runner._num_items)
+    bound = (num + cfg.warmup) * cfg.image_batch_size * cfg.image_width * cfg.image_height * 4
+    if bound <= available // 2:
+        return None
+    return (f"loadgen: warning: {num + cfg.warmup:,} request bodies with {cfg.image_batch_size} "
+            f"{cfg.image_width}x{cfg.image_height} image(s) each may hold up to {bound / 2**30:,.1f} GiB, "
+            f"built before the run; {available / 2**30:,.1f} GiB is available (fewer or smaller images, "
+            "or --num-prompts)")
+
+
 SWEEP_UNSUPPORTED = ("records", "csv", "save_result", "result_dir", "result_filename", "append_result",
                      "save_detailed", "strict")
 

@@ -14,7 +14,9 @@ import pytest
 from PIL import Image
 
 from loadgen.cli import main
+from loadgen.flags import images_note
 from loadgen.measure.records import RequestRecord
+from loadgen.plan.config import RunConfig
 from loadgen.plan.inputs import synthetic_image
 from loadgen.run.client import RawResponse, finish_record
 
@@ -176,3 +178,12 @@ def test_images_without_pillow_name_the_extra_in_one_line():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "pip install 'serving-hotpaths[vision]'" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_images_that_may_not_fit_in_memory_are_warned_about():
+    cfg = RunConfig(num_prompts=1000, concurrency=4, image_batch_size=2, image_width=512, image_height=512)
+    bound = 1000 * 2 * 512 * 512 * 4  # about 2 GB: random pixels, base64
+    assert images_note(cfg, 2 * bound) is None
+    note = images_note(cfg, 2 * bound - 2)
+    assert note is not None and "1,000 request bodies with 2 512x512 image(s)" in note and "2.0 GiB" in note
+    assert images_note(RunConfig(num_prompts=1000, concurrency=4), 1) is None
