@@ -18,7 +18,13 @@ from rich.text import Text
 
 from loadgen import api
 from loadgen import argtypes as at
-from loadgen.flags import available_memory_bytes, convention_note, memory_note, prompts_note
+from loadgen.flags import (
+    available_memory_bytes,
+    convention_note,
+    images_note,
+    memory_note,
+    prompts_note,
+)
 from loadgen.measure.workload import command_line
 from loadgen.plan.config import RunConfig
 from loadgen.report.compare import check_bounds, compare
@@ -50,8 +56,9 @@ def _run(argv: list[str]) -> int:
     for note in (convention_note(dcfg), prompts_note(dcfg)):
         if note is not None and not quiet:
             print(note, file=sys.stderr)
-    if (note := memory_note(cfg, dcfg, available_memory_bytes())) is not None:
-        print(note, file=sys.stderr)
+    for note in (memory_note(cfg, dcfg, available := available_memory_bytes()), images_note(cfg, available)):
+        if note is not None:
+            print(note, file=sys.stderr)
     console = Console(stderr=True)
     try:
         if quiet or not console.is_terminal:

@@ -12,6 +12,7 @@ from loadgen.plan.config import (
     BACKEND_ALIASES,
     CONVENTIONS,
     DATASETS,
+    IMAGE_FORMATS,
     RAY_STRATEGIES,
     SERVER_METRICS_INTERVAL_RANGE_S,
     SLO,
@@ -69,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--base-url", type=at.base_url, default=None, help=f"server root (default {_RC.base_url})")
     a("--model", default=None, help="model name (default: the first one /v1/models lists)")
     a("--backend", choices=sorted(BACKEND_ALIASES), default=_RC.backend,
-      help="openai-chat or openai-completions; vLLM's and SGLang's names for them are accepted")
+      help="openai-chat, openai-completions, openai-embeddings (/v1/embeddings, not streamed) or "
+      "openai-responses (/v1/responses, streamed); vLLM's and SGLang's names for the first two are accepted")
     a("--no-stream", action="store_true", help="ask for whole responses instead of SSE streams")
     a("--concurrency", "--max-concurrency", type=pos_int, default=None, help="requests in flight at most")
     a("--request-rate", type=at.positive_float(allow_inf=True), default=math.inf,
@@ -149,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
       help="width of the timeline's intervals in seconds (default 1)")
     _add_workload_flags(p)
+    _add_api_flags(p)
     _add_ray_flags(p)
     _add_compat_flags(p)
     return p
@@ -186,6 +189,24 @@ def _add_workload_flags(p: argparse.ArgumentParser) -> None:
                        help="multi-turn: seconds between a turn's answer and the next turn (default 0)")
     think.add_argument("--multi-turn-delay-ms", type=at.nonneg_float, default=None, metavar="MS",
                        help="the same in milliseconds (vLLM's name)")
+
+
+# issue 32: APIs (embeddings batch, synthetic images; names from vLLM bench and AIPerf)
+def _add_api_flags(p: argparse.ArgumentParser) -> None:
+    """Embeddings inputs per request and synthetic images per chat request (loadgen/README.md, "Workloads")."""
+    g = p.add_argument_group("embeddings and images")
+    a = g.add_argument
+    a("--random-batch-size", "--batch-size-text", dest="embedding_batch_size", type=at.int_at_least(1),
+      default=_RC.embedding_batch_size, metavar="N",
+      help="openai-embeddings: inputs per request (vLLM's name; AIPerf's --batch-size-text)")
+    a("--image-batch-size", "--batch-size-image", type=at.int_at_least(0), default=_RC.image_batch_size,
+      metavar="N", help="openai-chat: synthetic images per request, as image_url data URLs (AIPerf's name)")
+    a("--image-width-mean", type=at.int_at_least(1), default=_RC.image_width, metavar="PX",
+      help="synthetic images' width in pixels (every image has this size; default 512)")
+    a("--image-height-mean", type=at.int_at_least(1), default=_RC.image_height, metavar="PX",
+      help="synthetic images' height in pixels (default 512)")
+    a("--image-format", choices=IMAGE_FORMATS, default=_RC.image_format,
+      help="synthetic images' encoding, via Pillow (default png)")
 
 
 def _add_ray_flags(p: argparse.ArgumentParser) -> None:
@@ -285,7 +306,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     backend = BACKEND_ALIASES[args.backend]
     cfg = RunConfig(
         base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
-        stream=not args.no_stream, concurrency=args.concurrency, request_rate=args.request_rate,
+        stream=not args.no_stream and backend != "openai-embeddings", concurrency=args.concurrency, request_rate=args.request_rate,
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=_ignore_eos(args),
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
@@ -302,6 +323,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
         replay_trace=replay, trace_speedup=args.trace_speedup,
         itl_sketch=args.itl_sketch, token_event_rule=args.token_events or args.flags_from or "loadgen",
+        embedding_batch_size=args.embedding_batch_size, image_batch_size=args.image_batch_size,
+        image_width=args.image_width_mean, image_height=args.image_height_mean, image_format=args.image_format,
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=None if replay else num_prompts or 1,
@@ -343,6 +366,15 @@ def _check_workload_flags(args: argparse.Namespace) -> None:
         raise ValueError("--dataset multi-turn counts sessions: give --num-prompts, not --duration")
     if args.trace_speedup != RunConfig.trace_speedup and args.dataset not in TRACE_DATASETS:
         raise ValueError("--trace-speedup applies to --dataset mooncake or burstgpt")
+    if args.dataset == "multi-turn" and BACKEND_ALIASES[args.backend] not in ("openai-chat", "openai-completions"):
+        raise ValueError("--dataset multi-turn needs --backend openai-chat or openai-completions")
+    if args.embedding_batch_size > 1 and args.dataset in TRACE_DATASETS:
+        raise ValueError("--random-batch-size > 1 groups prompts: it does not apply to a replayed trace")
+    if args.image_batch_size:
+        try:
+            import PIL  # noqa: F401 - only to say early and clearly that it is missing
+        except ImportError as exc:
+            raise ValueError(f"--image-batch-size needs Pillow ({exc}): pip install 'serving-hotpaths[vision]'") from None
 
 
 def _base_url(args: argparse.Namespace) -> str:
@@ -432,6 +464,26 @@ def memory_note(cfg: RunConfig, dcfg: DatasetConfig, available: int | None) -> s
             f"{cfg.max_response_bytes} (+ headers{context}) = {bound / 2**30:,.1f} GiB may be held at once, "
             f"more than the {available / 2**30:,.1f} GiB available; a server sending endless bodies could "
             f"exhaust memory (lower --max-response-bytes{' or the context bound' if session else ''})")
+
+
+def images_note(cfg: RunConfig, available: int | None) -> str | None:
+    """issue 32: a warning when the request bodies' images, all built before the run, could hold more
+    than half the memory available (random pixels barely compress; base64 adds a third)."""
+    if not cfg.image_batch_size or available is None:
+        return None
+    if cfg.num_prompts is not None:
+        num = cfg.num_prompts
+    elif cfg.is_rate_mode and math.isfinite(cfg.request_rate):
+        num = math.ceil(cfg.request_rate * (cfg.duration_s or 0))
+    else:
+        num = max(cfg.concurrency or 1, 64)  # NOTE: --duration repeats this many bodies (runner._num_items)
+    bound = (num + cfg.warmup) * cfg.image_batch_size * cfg.image_width * cfg.image_height * 4
+    if bound <= available // 2:
+        return None
+    return (f"loadgen: warning: {num + cfg.warmup:,} request bodies with {cfg.image_batch_size} "
+            f"{cfg.image_width}x{cfg.image_height} image(s) each may hold up to {bound / 2**30:,.1f} GiB, "
+            f"built before the run; {available / 2**30:,.1f} GiB is available (fewer or smaller images, "
+            "or --num-prompts)")
 
 
 SWEEP_UNSUPPORTED = ("records", "csv", "save_result", "result_dir", "result_filename", "append_result",

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 
 from loadgen.measure.client_health import client_health
+from loadgen.measure.inputs import input_figures
 from loadgen.measure.records import RequestRecord, WorkerHealth
 from loadgen.measure.sketch import ITL_SKETCH_AUTO_SAMPLES, LogHistogram, SketchBuilder, value_stats
 from loadgen.measure.token_counts import reconcile_tokens
@@ -309,6 +310,7 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
         "concurrency": per_s(sum(lat["e2e_latency"]) / 1e3),
         "request_goodput": _goodput(cfg, ok, duration_s),
         **_peaks(records, t0),
+        **input_figures(cfg, records, ok, per_s),
     }
     for name in LATENCY_METRICS:
         summary.update(distribution(name, lat[name], cfg.percentiles))

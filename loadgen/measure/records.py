@@ -61,6 +61,9 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     # Multi-turn sessions (`--dataset multi-turn`): the session's index and this request's turn (0-based).
     session: int | None = None
     turn: int | None = None
+    # issue 32: APIs: the request body's bytes (images included); embeddings: the vectors answered.
+    request_bytes: int = 0
+    num_embeddings: int = 0
 
     @property
     def ok(self) -> bool:

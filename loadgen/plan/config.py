@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
-BACKENDS = ("openai-chat", "openai-completions")
+BACKENDS = ("openai-chat", "openai-completions", "openai-embeddings", "openai-responses")
 DATASETS = ("random", "random-ids", "sharegpt", "shared-prefix", "custom", "burstgpt", "mooncake", "multi-turn")
 #: Datasets with arrival times: replayed at them unless --request-rate (or a ramp) is given.
 TRACE_DATASETS = ("mooncake", "burstgpt")
@@ -15,7 +15,14 @@ TRACE_DATASETS = ("mooncake", "burstgpt")
 BACKEND_ALIASES = {"vllm": "openai-completions", "openai": "openai-completions",
                    "sglang-oai": "openai-completions", "vllm-chat": "openai-chat",
                    "sglang-oai-chat": "openai-chat", "openai-chat": "openai-chat",
-                   "openai-completions": "openai-completions"}
+                   "openai-completions": "openai-completions",
+                   # issue 32: APIs (vLLM's name for /v1/embeddings; /v1/responses, streamed)
+                   "openai-embeddings": "openai-embeddings", "openai-responses": "openai-responses"}
+#: Request paths per backend (`--endpoint` overrides).
+ENDPOINTS = {"openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions",
+             "openai-embeddings": "/v1/embeddings", "openai-responses": "/v1/responses"}
+#: Synthetic image encodings (`--image-format`).
+IMAGE_FORMATS = ("png", "jpeg")
 TRANSPORTS = ("lean", "httpx")
 #: Where event times come from: the kernel's receive stamps (lean transport, where the OS gives
 #: them; else loop stamps) or the event loop's clock when it gets to the read.
@@ -109,6 +116,12 @@ class RunConfig:
     trace_speedup: float = 1.0  # replay offsets are the trace's times / this
     itl_sketch: bool = False  # ITL percentiles from a mergeable 1% sketch (measure/sketch.py)
     token_event_rule: str = "loadgen"  # which events are token events (TOKEN_EVENT_RULES)
+    # issue 32: APIs (embeddings inputs per request; synthetic images per chat request)
+    embedding_batch_size: int = 1
+    image_batch_size: int = 0
+    image_width: int = 512
+    image_height: int = 512
+    image_format: str = "png"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -155,6 +168,29 @@ class RunConfig:
         if self.timeline_interval_s <= 0:
             raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
+        self._check_api_inputs()
+
+    def _check_api_inputs(self) -> None:
+        """issue 32: what embeddings, Responses and image inputs can be combined with."""
+        if self.embedding_batch_size < 1 or self.image_batch_size < 0:
+            raise ValueError("--random-batch-size must be >= 1 and --image-batch-size >= 0")
+        if self.embedding_batch_size > 1 and self.backend != "openai-embeddings":
+            raise ValueError("--random-batch-size applies to --backend openai-embeddings")
+        if self.image_batch_size and self.backend != "openai-chat":
+            raise ValueError("--image-batch-size sends images as chat image_url parts: it needs --backend openai-chat")
+        if not (1 <= self.image_width <= 8192 and 1 <= self.image_height <= 8192):
+            raise ValueError("--image-width-mean and --image-height-mean must be in [1, 8192] pixels")
+        if self.image_format not in IMAGE_FORMATS:
+            raise ValueError(f"--image-format must be one of {IMAGE_FORMATS}")
+        if self.backend == "openai-embeddings" and self.stream:
+            raise ValueError("--backend openai-embeddings is not streamed (the answer is one JSON object)")
+        if self.backend == "openai-responses" and not self.stream:
+            raise ValueError("--backend openai-responses is read as a stream: --no-stream is not supported")
+
+    @property
+    def is_embeddings(self) -> bool:
+        """Whether requests are embeddings: one latency each, no tokens streamed (no TTFT, ITL, TPOT)."""
+        return self.backend == "openai-embeddings"
 
     @property
     def drops_empty_text(self) -> bool:
@@ -205,7 +241,7 @@ class RunConfig:
     def endpoint(self) -> str:
         if self.endpoint_path is not None:
             return self.endpoint_path
-        return "/v1/chat/completions" if self.backend == "openai-chat" else "/v1/completions"
+        return ENDPOINTS[self.backend]
 
     def too_many_failed(self, failed: int, total: int) -> bool:
         """Whether `failed` of `total` requests pass --max-error-rate (default: every one failed)."""

@@ -179,13 +179,20 @@ def _summary(runs: list[dict], labels: list[str]) -> Html:
             rows.append([name] + _with_ratios([run.get(key) for run in runs], cells))
     for key in peers.latency_keys(runs):
         stat, metric = peers.LATENCY_KEY.fullmatch(key).groups()
-        cells = [fmt(run.get(key)) + notes.ref(peers.note_for(run, key)) for run in runs]
+        cells = [_latency_cell(run, key) + notes.ref(peers.note_for(run, key)) for run in runs]
         rows.append([f"{LATENCY_NAMES[metric]} {stat} (ms)"] + _with_ratios([run.get(key) for run in runs], cells))
     footnotes = join(tag("<li>{}</li>", line) for line in notes.lines())
     ratio_note = Html("<p class='note'>'B / A': B's value over the first run's, as loadgen compare prints it</p>")
     return join([Html("<h2>Summary</h2>"), table(["metric", *_ratio_head(labels)], rows),
                  ratio_note if len(runs) > 1 else "",
                  tag("<ul class='note'>{}</ul>", footnotes) if notes.lines() else ""])
+
+
+def _latency_cell(run: dict, key: str) -> str:
+    """A latency statistic; where the run's token latencies do not apply, the reason (issue 32)."""
+    if run.get(key) is None and run.get("token_latencies") and not key.endswith(("e2e_latency_ms", "send_lag_ms")):
+        return str(run["token_latencies"])
+    return fmt(run.get(key))
 
 
 def _verdict(bound, run: dict) -> Html:

@@ -43,6 +43,12 @@ TABLE_ROWS = (
     ("reasoning_tokens_source", "  counted from", "{}"),
     ("requests_with_tool_calls", "Requests with tool calls", "{:,.0f}"),
     ("total_tool_call_events", "Tool-call events (in the output)", "{:,.0f}"),
+    # issue 32: APIs (None where they do not apply: left out)
+    ("total_embedding_inputs", "Embeddings inputs answered", "{:,.0f}"),
+    ("embedding_input_throughput", "Embeddings input throughput (inputs/s)", "{:,.2f}"),
+    ("total_images", "Images sent", "{:,.0f}"),
+    ("total_request_bytes", "Request bytes sent (total)", "{:,.0f}"),
+    ("mean_request_bytes", "Request bytes sent (mean per request)", "{:,.0f}"),
 )
 #: TABLE_ROWS keys a run has only when it streamed reasoning or tool calls.
 KIND_KEYS = ("requests_with_reasoning", "total_reasoning_tokens", "mean_reasoning_tokens",
@@ -168,6 +174,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "chunk_ms": [ms(t) for t in r.chunk_ns], "session": r.session, "turn": r.turn,
                 "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,
                 "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
+                "request_bytes": r.request_bytes, "num_embeddings": r.num_embeddings,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
                 **_kind_row(r, ms, origin_ns(result.cfg, r)),
             }

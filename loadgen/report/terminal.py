@@ -17,10 +17,14 @@ from loadgen.run.runner import RunResult
 
 #: TABLE_ROWS keys the headline block shows, in its order; the others go to the details.
 HEADLINE_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-                 "request_throughput", "output_throughput", "max_output_tokens_per_s", "total_throughput",
+                 "request_throughput", "total_embedding_inputs", "embedding_input_throughput",
+                 "output_throughput", "max_output_tokens_per_s", "total_throughput",
                  "concurrency", "max_concurrent_requests", "request_goodput")
 #: Rows shown only when the run has them.
-OPTIONAL_KEYS = ("request_goodput", "total_output_tokens_retokenized", *KIND_KEYS)
+OPTIONAL_KEYS = ("request_goodput", "total_output_tokens_retokenized", "total_embedding_inputs",
+                 "embedding_input_throughput", "total_images", *KIND_KEYS)
+#: Headline rows left out where the run streams no tokens (embeddings: `token_latencies` says so).
+OUTPUT_KEYS = ("total_output_tokens", "output_throughput", "max_output_tokens_per_s")
 MIN_WIDTH = 64
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"), ("itl_per_token", "ITL per token"),
              ("e2e_latency", "E2E latency"))
@@ -46,7 +50,7 @@ def headline(result: RunResult) -> list[str]:
     spec = {key: (label, fmt_spec) for key, label, fmt_spec in TABLE_ROWS}
     rows = []
     for key in HEADLINE_KEYS:
-        if key in OPTIONAL_KEYS and s.get(key) is None:
+        if (key in OPTIONAL_KEYS and s.get(key) is None) or (s.get("token_latencies") and key in OUTPUT_KEYS):
             continue
         label = spec[key][0]
         if key == "total_output_tokens" and s.get("output_tokens_source") == "client":
@@ -75,11 +79,19 @@ def _latency_grid(s: dict, percentiles) -> list[str]:
     names = [(name, label) for name, label in LATENCIES
              if name != "itl_per_token" or _per_token_differs(s, percentiles)]
     names += [(name, label) for name, label in KIND_LATENCIES if s.get(f"mean_{name}_ms") is not None]
+    if s.get("token_latencies"):
+        names = [(name, label) for name, label in names if name == "e2e_latency"]
     cells = [[label] + [fmt(s.get(f"{key}_{name}_ms")) for _, key in stats] for name, label in names]
     header = [""] + [head for head, _ in stats]
     widths = [max(len(row[i]) for row in (header, *cells)) for i in range(len(header))]
-    return [row[0].ljust(widths[0]) + "".join(c.rjust(w + 2) for c, w in zip(row[1:], widths[1:], strict=True))
-            for row in (header, *cells)]
+    lines = [row[0].ljust(widths[0]) + "".join(c.rjust(w + 2) for c, w in zip(row[1:], widths[1:], strict=True))
+             for row in (header, *cells)]
+    return lines + _no_token_latencies(s)
+
+
+def _no_token_latencies(s: dict) -> list[str]:
+    """issue 32: where token latencies do not apply, one line that says so (not rows of zeros)."""
+    return [f"TTFT, TPOT, ITL: {s['token_latencies']}"] if s.get("token_latencies") else []
 
 
 def _per_token_differs(s: dict, percentiles) -> bool:

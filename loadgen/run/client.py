@@ -20,6 +20,7 @@ from loadgen.plan.config import RunConfig
 from loadgen.plan.texts import Prompt
 from loadgen.run import httpcore_guards
 from loadgen.run.clock import now_ns
+from loadgen.run.responses import decode_responses_stream, parse_embeddings
 from loadgen.run.sse import (
     MalformedSSE,
     Reads,
@@ -42,11 +43,16 @@ from loadgen.run.transport import (
 _encode = msgspec.json.Encoder().encode
 
 
-def request_body(cfg: RunConfig, model: str, prompt: Prompt) -> bytes:
-    """The JSON request body for one prompt (OpenAI field names)."""
+def request_body(cfg: RunConfig, model: str, prompt: Prompt, images: tuple[str, ...] = ()) -> bytes:
+    """The JSON request body for one prompt (OpenAI field names); `images`: data URLs sent as chat
+    `image_url` parts after the text."""
+    if cfg.backend in API_BODIES:
+        return _encode({**API_BODIES[cfg.backend](cfg, model, prompt), **cfg.sampling, **cfg.extra_body})
     body: dict = {"model": model, "stream": cfg.stream, "max_tokens": prompt.output_len}
     if cfg.backend == "openai-chat":
-        body["messages"] = [{"role": "user", "content": prompt.prompt}]
+        content = prompt.prompt if not images else [{"type": "text", "text": prompt.prompt}, *(
+            {"type": "image_url", "image_url": {"url": url}} for url in images)]
+        body["messages"] = [{"role": "user", "content": content}]
         body["max_completion_tokens"] = prompt.output_len
     else:
         body["prompt"] = prompt.prompt
@@ -61,6 +67,23 @@ def request_body(cfg: RunConfig, model: str, prompt: Prompt) -> bytes:
     body.update(cfg.sampling)
     body.update(cfg.extra_body)
     return _encode(body)
+
+
+# issue 32: APIs: the bodies of /v1/embeddings and /v1/responses (streamed usage comes with
+# response.completed; the embeddings answer is one JSON object).
+def _embeddings_body(cfg: RunConfig, model: str, prompt: Prompt) -> dict:
+    inputs = list(prompt.prompt) if isinstance(prompt.prompt, tuple) else prompt.prompt
+    return {"model": model, "input": inputs, "encoding_format": "float"}
+
+
+def _responses_body(cfg: RunConfig, model: str, prompt: Prompt) -> dict:
+    body = {"model": model, "input": prompt.prompt, "stream": True, "max_output_tokens": prompt.output_len}
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+API_BODIES = {"openai-embeddings": _embeddings_body, "openai-responses": _responses_body}
 
 
 def turn_body(cfg: RunConfig, first_body: bytes, history: list[tuple[str, str]], user: str,
@@ -93,6 +116,8 @@ class RawResponse:
     is_stream: bool = True
     server_timing: bytes | None = None  # the Server-Timing header's value, parsed after the request
     reads: Reads | None = None  # how the lean transport read the body (None: loop stamps per read)
+    backend: str = "openai-chat"  # which API's answer this is (set by `Client.send`)
+    num_inputs: int = 1  # embeddings: the inputs sent, so as many vectors are due
 
 
 class Client:
@@ -141,6 +166,8 @@ class Client:
     async def send(self, request: httpx.Request | LeanRequest, raw: RawResponse) -> None:
         """Send one request and keep its stamped bytes in `raw`; never raises for request errors."""
         cfg, rec = self.cfg, raw.record
+        raw.backend, raw.num_inputs = cfg.backend, cfg.embedding_batch_size
+        rec.request_bytes = _body_bytes(request)
         rec.start_ns = now_ns()
         response = body = None
         try:
@@ -203,6 +230,13 @@ class Client:
         return response.status_code, response.headers.raw, response, None
 
 
+def _body_bytes(request: httpx.Request | LeanRequest) -> int:
+    """The request body's size in bytes (the lean request holds its head too)."""
+    if isinstance(request, LeanRequest):
+        return len(request.data) - request.data.find(b"\r\n\r\n") - 4
+    return len(request.content)
+
+
 def _reads(body: StampedBody) -> Reads:
     return Reads(body.loop_stamps, body.is_kernel, body.floors)
 
@@ -260,6 +294,22 @@ async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int)
         chunks.append(data)
 
 
+def _parse_responses(raw: RawResponse, tokenizer, want_text: bool, client_delays, rule: str) -> str | None:
+    return parse_stream(raw.record, raw.chunks, raw.stamps, tokenizer, want_text, raw.reads, client_delays, rule,
+                        decode=decode_responses_stream)
+
+
+def _parse_embeddings(raw: RawResponse, tokenizer, want_text: bool, client_delays, rule: str) -> None:
+    parse_embeddings(raw.record, b"".join(raw.chunks))
+    if raw.record.num_embeddings != raw.num_inputs:
+        raise MalformedSSE(f"embeddings response holds {raw.record.num_embeddings} vectors for "
+                           f"{raw.num_inputs} inputs")
+
+
+# issue 32: APIs: how each non-chat backend's answer is read.
+API_PARSERS = {"openai-responses": _parse_responses, "openai-embeddings": _parse_embeddings}
+
+
 def _fail(rec: RequestRecord, error_class: str, message: str) -> None:
     if rec.error_class is None:
         rec.error_class, rec.error_message = error_class, message[:500]
@@ -281,7 +331,9 @@ def finish_with_answer(raw: RawResponse, tokenizer=None, want_text: bool = True,
     if rec.error_class is not None:
         return rec, None
     try:
-        if raw.is_stream:
+        if raw.backend in API_PARSERS:
+            text = API_PARSERS[raw.backend](raw, tokenizer, want_text, client_delays, rule)
+        elif raw.is_stream:
             text = parse_stream(rec, raw.chunks, raw.stamps, tokenizer, want_text, raw.reads, client_delays, rule)
         else:
             text = parse_whole(rec, b"".join(raw.chunks), raw.stamps[-1] if raw.stamps else rec.end_ns, tokenizer)

@@ -25,6 +25,7 @@ from loadgen.measure.server_metrics import Scraper, server_vs_client
 from loadgen.measure.timeline import cdf, timeline
 from loadgen.plan.config import DatasetConfig, RayConfig, RunConfig
 from loadgen.plan.datasets import build_prompts, upstream_prompts
+from loadgen.plan.inputs import batch_prompts, request_images
 from loadgen.plan.lengths import (
     SOURCE_ESTIMATE,
     SOURCE_FILE,
@@ -206,13 +207,15 @@ def _request_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -
         prompts += [prompts[i % num] for i in range(cfg.warmup)]
     else:
         num = _num_items(cfg)
-        prompts = _prompts(cfg, replace(dcfg, num_prompts=num + cfg.warmup), tokenizer)
+        prompts = _prompts(cfg, replace(dcfg, num_prompts=(num + cfg.warmup) * cfg.embedding_batch_size), tokenizer)
+        prompts = batch_prompts(prompts, cfg.embedding_batch_size)
         offsets = _offsets(cfg, num)
         num = len(offsets)
     prompts, _ = with_chat_template(cfg, prompts, tokenizer)
 
     def item(i: int, p: Prompt, offset: float | None) -> WorkItem:
-        return WorkItem(i, request_body(cfg, model, p), p.input_len, p.is_exact_input_len, p.output_len, offset)
+        body = request_body(cfg, model, p, request_images(cfg, i) if cfg.image_batch_size else ())
+        return WorkItem(i, body, p.input_len, p.is_exact_input_len, p.output_len, offset)
 
     items = [item(i, prompts[i], offsets[i]) for i in range(num)]
     warm = [item(-1 - i, prompts[num + i], None) for i in range(cfg.warmup)]

@@ -174,9 +174,10 @@ class Reads:
 
 def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], tokenizer=None,
                  want_text: bool = False, reads: Reads | None = None,
-                 client_delays: list[int] | None = None, rule: str = "loadgen") -> str | None:
+                 client_delays: list[int] | None = None, rule: str = "loadgen", decode=None) -> str | None:
     """Fill `record` from a streamed body; raises MalformedSSE on a broken stream. Returns the
-    answer's text with `want_text` (multi-turn sessions), else None.
+    answer's text with `want_text` (multi-turn sessions), else None. `decode(body, ends, loop)`
+    reads another API's events as chat chunks (run/responses.py); default: the chat stream's.
 
     Token events follow `rule` (TOKEN_EVENT_RULES). Output tokens are counted per token event as the server
     emitted them: the growth of `usage.completion_tokens` when the server streams usage in every
@@ -189,7 +190,7 @@ def parse_stream(record: RequestRecord, chunks: list[bytes], stamps: list[int], 
     loop = reads.loop_stamps
     body, ends = _events(chunks)
     body, ends = _take_server_timing(record, body, ends)
-    decoded = _common_stream(body, ends, loop)
+    decoded = _common_stream(body, ends, loop) if decode is None else decode(body, ends, loop)
     if decoded is None:
         decoded = _any_stream(body, ends, loop)
     events, pieces, exact = _take_chunks(record, decoded, stamps, loop, TOKEN_EVENT_RULES[rule])

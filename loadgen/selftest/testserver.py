@@ -2,7 +2,7 @@
 
 Used by the tests and by `python -m loadgen.selftest.selfbench`. It speaks just enough HTTP/1.1 (httptools)
 for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/detokenize` and
-`/stats` (and `/last_request`: the headers and body of the latest completion request; with `--truth-stamps`,
+`/stats`, `/v1/embeddings` and a streamed `/v1/responses` (and `/last_request`: the headers and body of the latest completion request; with `--truth-stamps`,
 `/truth`: each content event's write time (perf_counter_ns) per `x-request-id`; with
 `--log-requests`, `/requests`: every completion request's body and the answer text it got, each
 answer's tokens being " a<N>" for the N-th request, so a test can follow multi-turn sessions). With
@@ -130,6 +130,11 @@ class _Truth:
     num_requests: int = 0
     open_streams: int = 0
     num_empty: int = 0  # token events sent with an empty text
+    # issue 32: APIs: request bodies received (bytes, image_url parts) and embeddings inputs answered
+    num_body_bytes: int = 0
+    num_images: int = 0
+    num_inputs: int = 0
+    num_prompt_tokens: int = 0
 
 
 class _Request(msgspec.Struct):
@@ -185,7 +190,7 @@ class _Handler(asyncio.Protocol):
         url, body = self._url, b"".join(self._body)
         self._url, self._body = b"", []
         path = url.split(b"?")[0]
-        if path in (b"/v1/chat/completions", b"/v1/completions"):
+        if path in GENERATION_PATHS:
             self._server.last_request = {"headers": self._headers, "body": msgspec.json.decode(body)}
         self.asks_timing = "x-server-timing" in self._headers
         self.request_id = self._headers.get("x-request-id")
@@ -266,7 +271,11 @@ class ScriptedServer:
             tokens = msgspec.json.decode(body, type=_Detokenize).tokens
             conn.write(_json_response("200 OK", {"prompt": bytes(tokens).decode(errors="replace")}))
         elif path in (b"/v1/chat/completions", b"/v1/completions"):
+            self._count_body(body)
             self._generate(conn, path == b"/v1/chat/completions", body)
+        elif path in API_ROUTES:
+            self._count_body(body)
+            API_ROUTES[path](self, conn, body)
         else:
             conn.write(_json_response("404 Not Found", {"error": "not found"}))
 
@@ -279,7 +288,14 @@ class ScriptedServer:
             "mean_gap_ms": (t.gap_ns_sum / t.num_gaps / 1e6) if t.num_gaps else None,
             "num_tokens_sent": len(t.ttft_ns) + t.num_gaps,
             "num_empty_text_events_sent": t.num_empty,
+            "request_body_bytes": t.num_body_bytes, "image_parts": t.num_images,
+            "embedding_inputs": t.num_inputs, "embedding_prompt_tokens": t.num_prompt_tokens,
         }
+
+    def _count_body(self, body: bytes) -> None:
+        """issue 32: the bytes and image parts of a generation or embeddings request, as received."""
+        self.truth.num_body_bytes += len(body)
+        self.truth.num_images += body.count(b'"type":"image_url"')
 
     def exposition(self) -> str:
         """Prometheus text in the scripted server's dialect, from the truth so far."""
@@ -522,6 +538,96 @@ def _kind_event(script: ServerScript, i: int, token: str) -> bytes | None:
     chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m",
              "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
     return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+# issue 32: APIs: /v1/embeddings (a whole answer ttft_ms after the request) and /v1/responses
+# (streamed as chat is, in the Responses API's events).
+GENERATION_PATHS = (b"/v1/chat/completions", b"/v1/completions", b"/v1/embeddings", b"/v1/responses")
+EMBEDDING_DIM = 8
+
+
+class _EmbeddingsRequest(msgspec.Struct):
+    input: str | list  # a text, texts, token ids, or lists of token ids
+
+
+class _ResponsesRequest(msgspec.Struct):
+    input: str | list | None = None
+    max_output_tokens: int | None = None
+    stream: bool = False
+
+
+def _embed(server: ScriptedServer, conn: _Handler, body: bytes) -> None:
+    """One vector per input and usage.prompt_tokens (a text counts its UTF-8 bytes, as /tokenize),
+    `ttft_ms` after the request; the truth keeps each latency as TTFT."""
+    arrived = time.perf_counter_ns()
+    inputs = msgspec.json.decode(body, type=_EmbeddingsRequest).input
+    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+        inputs = [inputs]
+    tokens = sum(len(x.encode()) if isinstance(x, str) else len(x) for x in inputs)
+    fault = server.script.faults[server.truth.num_requests % len(server.script.faults)]
+    server.truth.num_requests += 1
+    if fault == "hang":
+        return
+    if fault == "http_500":
+        conn.write(_json_response("500 Internal Server Error", {"error": {"message": "scripted failure"}}))
+        return
+
+    async def later() -> None:
+        await asyncio.sleep(server.script.ttft_ms / 1e3)
+        data = [{"object": "embedding", "index": i, "embedding": [0.5] * EMBEDDING_DIM} for i in range(len(inputs))]
+        truth = server.truth
+        truth.ttft_ns.append(time.perf_counter_ns() - arrived)
+        truth.num_inputs += len(inputs)
+        truth.num_prompt_tokens += tokens
+        conn.write(_json_response("200 OK", {"object": "list", "data": data, "model": MODEL_NAME,
+                                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
+
+    asyncio.get_running_loop().create_task(later())
+
+
+def _respond(server: ScriptedServer, conn: _Handler, body: bytes) -> None:
+    """A streamed Responses answer: `response.created` with the head, one `response.output_text.delta`
+    per token as chat's tokens are timed, then `response.completed` with usage (no [DONE])."""
+    arrived = time.perf_counter_ns()
+    req = msgspec.json.decode(body, type=_ResponsesRequest)
+    fault = server.script.faults[server.truth.num_requests % len(server.script.faults)]
+    server.truth.num_requests += 1
+    n = server.script.num_tokens or req.max_output_tokens or 16
+    prompt_tokens = len(req.input.encode()) if isinstance(req.input, str) else server.script.prompt_tokens
+    if fault == "hang":
+        return
+    if fault == "http_500" or not req.stream:
+        conn.write(_json_response("500 Internal Server Error", {"error": {"message": "scripted failure"}}))
+        return
+    stream = _ResponsesStream(server, conn, False, n, True, fault, arrived, prompt_tokens)
+    server.truth.open_streams += 1
+    conn.write(_SSE_HEAD + _chunked(_response_event("response.created", {"response": {"status": "in_progress"}})))
+    server._admit(stream)
+
+
+def _response_event(kind: str, fields: dict) -> bytes:
+    return b"event: %s\ndata: %s\n\n" % (kind.encode(), msgspec.json.encode({"type": kind, **fields}))
+
+
+class _ResponsesStream(_Stream):
+    """A `_Stream` whose tokens are `response.output_text.delta` events and whose end is
+    `response.completed` with the usage (input_tokens, output_tokens)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.payload = _response_event("response.output_text.delta", {"output_index": 0, "delta": " tok"})
+        self.empty_payload = self.payload.replace(b'" tok"', b'""')
+
+    def _finish(self, head: bytes = b"") -> None:
+        self.server.truth.open_streams -= 1
+        self._release()
+        usage = {"input_tokens": self.prompt_tokens, "output_tokens": self.n,
+                 "total_tokens": self.prompt_tokens + self.n}
+        out = [head, _response_event("response.completed", {"response": {"status": "completed", "usage": usage}})]
+        if self.conn.asks_timing:
+            out.append(self._timing_comment())
+        self._send(b"".join(out), is_last=True)
+
+
+API_ROUTES = {b"/v1/embeddings": _embed, b"/v1/responses": _respond}
 
 
 def _endless(conn: _Handler) -> None:

@@ -19,7 +19,7 @@ ENTRY_MODULES = ("loadgen", "loadgen.cli", "loadgen.api", "loadgen.selftest.test
 HEAVY = ("torch", "matplotlib", "fastapi", "uvicorn", "pydantic", "zmq", "safetensors", "ray", "aiohttp",
          "reference_impl")
 #: Imported only when a flag asks for it, which says which extra to install.
-OPTIONAL = {"ray": "ray"}
+OPTIONAL = {"ray": "ray", "PIL": "vision"}
 
 
 def _loaded() -> dict[str, str]:
