@@ -26,7 +26,10 @@ from loadgen.run.connection import (
     too_large_message,
 )
 from loadgen.run.transport import LeanTransport
-from tests.loadgen.test_transport_stamps import _body, _chunked, _get, _sized, server  # noqa: F401
+from tests.loadgen import test_transport_stamps as stamps
+from tests.loadgen.test_transport_stamps import _body, _chunked, _get, _sized
+
+server = stamps.server  # the scripted server fixture
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n"
 
