@@ -109,6 +109,8 @@ class RunConfig:
     trace_speedup: float = 1.0  # replay offsets are the trace's times / this
     itl_sketch: bool = False  # ITL percentiles from a mergeable 1% sketch (measure/sketch.py)
     token_event_rule: str = "loadgen"  # which events are token events (TOKEN_EVENT_RULES)
+    # issue 32: plan-side knobs. (rate, seconds) stages in order (--request-rate-stages); () for none.
+    rate_stages: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -129,7 +131,7 @@ class RunConfig:
             # --duration alone would open streams without end.
             raise ValueError("give --concurrency, --request-rate or both (--num-prompts N alone "
                              "sends all N at once)")
-        if self.num_prompts is None and self.duration_s is None and not self.replay_trace:
+        if self.num_prompts is None and self.duration_s is None and not (self.replay_trace or self.rate_stages):
             raise ValueError("give --num-prompts or --duration")
         if self.trace_speedup <= 0 or math.isinf(self.trace_speedup):
             raise ValueError("--trace-speedup must be > 0 and finite")
@@ -155,6 +157,7 @@ class RunConfig:
         if self.timeline_interval_s <= 0:
             raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
+        self._check_rate_stages()
 
     @property
     def drops_empty_text(self) -> bool:
@@ -180,6 +183,16 @@ class RunConfig:
         if self.ramp_up_start_rps <= 0 or self.ramp_up_end_rps <= 0:
             raise ValueError("--ramp-up-start-rps and --ramp-up-end-rps must be > 0")
 
+    def _check_rate_stages(self) -> None:
+        if not self.rate_stages:
+            return
+        if any(not (0 < r < math.inf and 0 < s < math.inf) for r, s in self.rate_stages):
+            raise ValueError("--request-rate-stages: each rate and duration must be > 0 and finite")
+        if not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace:
+            raise ValueError("--request-rate-stages replaces --request-rate, --ramp-up-strategy and trace times")
+        if self.duration_s is not None:
+            raise ValueError("--request-rate-stages sets the duration (the stages' sum): drop --duration")
+
     @property
     def effective_transport(self) -> str:
         """The transport used (both speak http:// and https://)."""
@@ -199,7 +212,8 @@ class RunConfig:
     @property
     def is_rate_mode(self) -> bool:
         """Requests have intended send times (a rate, a ramp or a replayed trace): latencies start there."""
-        return not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace
+        return (not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace
+                or bool(self.rate_stages))
 
     @property
     def endpoint(self) -> str:
@@ -255,6 +269,11 @@ class DatasetConfig:
     multi_turn_think_time_s: float = 0.0
     #: A session's conversation (user turns and answers, UTF-8 bytes) past which no turn is sent.
     multi_turn_max_context_bytes: int = 8 << 20
+    # issue 32: plan-side knobs. The share of each prompt's tokens taken from one seeded text that
+    # every prompt starts with (--prefix-cache-hit-rate); the cache-bust salt (--cache-bust): None
+    # off, "" a fresh one per run (loadgen/plan/prefix_cache.py).
+    prefix_cache_hit_rate: float = 0.0
+    cache_bust: str | None = None
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -277,6 +296,16 @@ class DatasetConfig:
             raise ValueError("block_size, multi_turn_num_turns and multi_turn_user_len must be >= 1")
         if self.multi_turn_think_time_s < 0 or self.multi_turn_max_context_bytes < 1:
             raise ValueError("multi_turn_think_time_s must be >= 0 and multi_turn_max_context_bytes >= 1")
+        self._check_prefix_cache()
+
+    def _check_prefix_cache(self) -> None:
+        if not 0.0 <= self.prefix_cache_hit_rate <= 1.0:
+            raise ValueError("--prefix-cache-hit-rate must be in [0, 1]")
+        if self.prefix_cache_hit_rate and (self.name != "random" or self.random_prefix_len):
+            raise ValueError("--prefix-cache-hit-rate builds loadgen's --dataset random prompts (without "
+                             "--random-prefix-len, another shared prefix)")
+        if self.cache_bust is not None and self.name in ("random-ids", "multi-turn"):
+            raise ValueError(f"--cache-bust puts a text tag before text prompts: not for --dataset {self.name}")
 
 
 RAY_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK")

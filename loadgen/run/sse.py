@@ -66,9 +66,18 @@ _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 MAX_SPAN_MS = 1e9
 
 
+class _PromptTokensDetails(msgspec.Struct, gc=False):
+    cached_tokens: _Count | None = None  # issue 32: prompt tokens the server's prefix cache held
+
+
 class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: _Count | None = None
     completion_tokens: _Count | None = None
+    prompt_tokens_details: _PromptTokensDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return self.prompt_tokens_details.cached_tokens if self.prompt_tokens_details is not None else None
 
 
 class _Chunk(msgspec.Struct, gc=False):
@@ -345,6 +354,7 @@ def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], lo
     final = next((c.usage for c in reversed(chunks) if c.usage is not None), None)
     if final is not None:
         record.usage_prompt_tokens, record.usage_completion_tokens = final.prompt_tokens, final.completion_tokens
+        record.usage_cached_tokens = final.cached_tokens
     if events.closing is not None:
         _settle_closing(events, chunks, final, takes)
     content = events.content
@@ -514,6 +524,7 @@ def parse_whole(record: RequestRecord, body: bytes, end_ns: int, tokenizer=None)
     if chunk.usage is not None:
         record.usage_prompt_tokens = chunk.usage.prompt_tokens
         record.usage_completion_tokens = chunk.usage.completion_tokens
+        record.usage_cached_tokens = chunk.usage.cached_tokens
     text = "".join(_choice_text(c) for c in chunk.choices)
     record.first_token_ns = end_ns
     record.chunk_ns = [end_ns]
