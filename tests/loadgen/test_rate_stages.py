@@ -12,6 +12,7 @@ from loadgen.cli import main
 from loadgen.flags import build_parser, config_from_args
 from loadgen.plan.config import RunConfig
 from loadgen.plan.schedule import stage_of, stage_offsets_s
+from loadgen.report.html import render
 
 STAGES = ((10.0, 3.0), (50.0, 2.0), (20.0, 1.0))
 
