@@ -44,6 +44,9 @@ STREAMS_PER_AUTO_WORKER = 512
 #: --server-metrics-interval: scrapes more often than this cost the client's CPU, rarer ones see
 #: too little of a run; past 1 h the interval would overflow the thread's wait.
 SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
+#: --request-rate-stages: the most requests the stages may expect (sum of rate x seconds) without
+#: --num-prompts; past it the arrival times alone would take gigabytes before the first request.
+MAX_STAGE_REQUESTS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,10 @@ class RunConfig:
             raise ValueError("--request-rate-stages replaces --request-rate, --ramp-up-strategy and trace times")
         if self.duration_s is not None:
             raise ValueError("--request-rate-stages sets the duration (the stages' sum): drop --duration")
+        expected = sum(r * s for r, s in self.rate_stages)
+        if self.num_prompts is None and expected > MAX_STAGE_REQUESTS:
+            raise ValueError(f"--request-rate-stages expects {expected:,.0f} requests, more than "
+                             f"{MAX_STAGE_REQUESTS:,}: shorten the stages or cap them with --num-prompts")
 
     @property
     def effective_transport(self) -> str:

@@ -61,7 +61,7 @@ def stage_offsets_s(stages: tuple[tuple[float, float], ...], burstiness: float, 
     ends_s = np.cumsum([0.0] + [secs for _, secs in stages])
     ends_units = np.cumsum([0.0] + [rate * secs for rate, secs in stages])
     total = ends_units[-1]
-    limit = int(total * 1.5) + 16
+    limit = int(total * 1.5) + 16 if num is None else min(int(total * 1.5) + 16, num)
     if math.isinf(burstiness):
         gaps = np.ones(limit)
     else:

@@ -14,7 +14,7 @@ from loadgen.plan.datasets import build_prompts
 from loadgen.plan.lengths import FileTokenizer
 from loadgen.plan.prefix_cache import BUST_TAG_LEN, bust_tag, planned_hits
 from loadgen.report.html import render
-from loadgen.run.sse import parse_stream, parse_whole
+from loadgen.run.sse import MalformedSSE, parse_stream, parse_whole
 from tests.loadgen.test_compat import _tiny_tokenizer_dir
 
 BLOCK = 16  # tokens per KV block (vLLM's default): a server's cache hits whole blocks
@@ -173,3 +173,10 @@ def test_measured_hit_rate_follows_the_plan_and_cache_bust_stops_hits_across_run
     plain = [_run(server, tmp_path, f"plain{i}", "--cache-bust", "--seed", "7") for i in range(2)]
     assert [p["summary"]["prefix_cache"]["cached_tokens"] for p in plain] == [0, 0]
     assert plain[1]["flags"]["cache-bust"] == ""  # replayed, a run gets a fresh salt again
+
+
+@pytest.mark.parametrize("details", [b'{"cached_tokens":-1}', b'{"cached_tokens":9223372036854775808}', b'"many"'])
+def test_a_broken_cached_tokens_fails_its_request_in_one_line(details):
+    body = USAGE.replace(b'{"cached_tokens":256}', details)
+    with pytest.raises(MalformedSSE, match="undecodable"):
+        parse_stream(_rec(), [body, b"data: [DONE]\n\n"], [1, 2])

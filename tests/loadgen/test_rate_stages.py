@@ -79,3 +79,12 @@ def test_run_reports_the_achieved_rate_per_stage(start_server, tmp_path, capsys)
     assert "stage 1 20.00 req/s for 1.00 s: planned 20, sent" in printed, printed
     page = render([data], ["staged"])
     assert "<td>stage 2: asked / achieved req/s (s)</td><td class='num'>60.00 / " in page
+
+
+def test_stages_expecting_too_many_requests_are_refused_unless_capped():
+    # Before: 2000:20000 ran out of memory (MemoryError at a 3 GB limit after 81 s) drawing the
+    # arrival times, 1e9:1e9 ended in a numpy traceback; now one line, or only N times drawn.
+    with pytest.raises(ValueError, match="expects 40,000,000 requests, more than 10,000,000"):
+        config_from_args(build_parser().parse_args(["--request-rate-stages", "2000:20000"]))
+    cfg, _ = config_from_args(build_parser().parse_args(["--request-rate-stages", "1e9:1e9", "--num-prompts", "5"]))
+    assert len(stage_offsets_s(cfg.rate_stages, cfg.burstiness, cfg.num_prompts, cfg.seed)) == 5
