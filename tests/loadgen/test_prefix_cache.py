@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from loadgen.api import plan_run
 from loadgen.cli import main
 from loadgen.measure.records import RequestRecord
 from loadgen.plan.config import DatasetConfig
@@ -173,6 +174,7 @@ def test_measured_hit_rate_follows_the_plan_and_cache_bust_stops_hits_across_run
     plain = [_run(server, tmp_path, f"plain{i}", "--cache-bust", "--seed", "7") for i in range(2)]
     assert [p["summary"]["prefix_cache"]["cached_tokens"] for p in plain] == [0, 0]
     assert plain[1]["flags"]["cache-bust"] == ""  # replayed, a run gets a fresh salt again
+    assert plan_run(plain[1]["flags"]).dataset.cache_bust == ""
 
 
 @pytest.mark.parametrize("details", [b'{"cached_tokens":-1}', b'{"cached_tokens":9223372036854775808}', b'"many"'])
