@@ -155,7 +155,7 @@ def _plan_knobs(runs: list[dict], labels: list[str]) -> Html:
     """issue 32: the prefix cache (asked, planned, measured), the cache-bust salt and each rate stage."""
     data = [(_dict(run.get("dataset")), _dict(_dict(run.get("summary")).get("prefix_cache")),
              _dict(run.get("summary")).get("rate_stages") or []) for run in runs]
-    rows = [["prefix-cache hit rate asked"] + [_cell(d.get("prefix_cache_hit_rate")) for d, _, _ in data],
+    rows = [["prefix-cache hit rate asked"] + [_cell(d.get("prefix_cache_hit_rate") or None) for d, _, _ in data],
             ["planned (shared with an earlier prompt)"] + [_cell(d.get("planned_hit_rate")) for d, _, _ in data],
             ["measured (server cached_tokens / prompt tokens)"] + [_cell(c.get("measured_hit_rate")) for _, c, _ in data],
             ["cached / prompt tokens"] + [f"{_cell(c.get('cached_tokens'))} / {_cell(c.get('prompt_tokens'))}"

@@ -79,6 +79,8 @@ def test_run_reports_the_achieved_rate_per_stage(start_server, tmp_path, capsys)
     assert "stage 1 20.00 req/s for 1.00 s: planned 20, sent" in printed, printed
     page = render([data], ["staged"])
     assert "<td>stage 2: asked / achieved req/s (s)</td><td class='num'>60.00 / " in page
+    plain = {**data, "summary": {k: v for k, v in data["summary"].items() if k != "rate_stages"}}
+    assert "Prefix cache and rate stages" not in render([plain], ["plain"])  # no knob, no section
 
 
 def test_stages_expecting_too_many_requests_are_refused_unless_capped():
