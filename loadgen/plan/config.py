@@ -218,7 +218,8 @@ class RunConfig:
 
     @property
     def is_rate_mode(self) -> bool:
-        """Requests have intended send times (a rate, a ramp or a replayed trace): latencies start there."""
+        """Requests have intended send times (a rate, a ramp, rate stages or a replayed trace): latencies
+        start there."""
         return (not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace
                 or bool(self.rate_stages))
 
