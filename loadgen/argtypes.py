@@ -277,3 +277,14 @@ def bound(text: str) -> Bound:
         return Bound.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def rate_stages(text: str) -> tuple[tuple[float, float], ...]:
+    """`RATE:SECONDS,...`, e.g. `10:30,50:60,20:30`: each rate (req/s) and duration > 0 and finite."""
+    stages = []
+    for item in text.split(","):
+        rate, sep, secs = item.partition(":")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{item!r} is not RATE:SECONDS (e.g. 10:30,50:60)")
+        stages.append((positive_float()(rate.strip()), positive_float()(secs.strip())))
+    return tuple(stages)

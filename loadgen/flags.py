@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="width of the timeline's intervals in seconds (default 1)")
     _add_workload_flags(p)
     _add_api_flags(p)
+    _add_plan_knob_flags(p)
     _add_ray_flags(p)
     _add_compat_flags(p)
     return p
@@ -207,6 +208,22 @@ def _add_api_flags(p: argparse.ArgumentParser) -> None:
       help="synthetic images' height in pixels (default 512)")
     a("--image-format", choices=IMAGE_FORMATS, default=_RC.image_format,
       help="synthetic images' encoding, via Pillow (default png)")
+# issue 32: plan-side knobs (prefix-cache hit rate, cache bust, rate stages; loadgen/README.md, "Workloads").
+def _add_plan_knob_flags(p: argparse.ArgumentParser) -> None:
+    """The prefix-cache hit-rate control, the cache-bust tag and the piecewise rate series."""
+    g = p.add_argument_group("prefix cache and rate stages")
+    a = g.add_argument
+    a("--prefix-cache-hit-rate", type=at.fraction, default=_DC.prefix_cache_hit_rate, metavar="F",
+      help="--dataset random: each prompt's first round(F x its length) tokens come from one seeded "
+      "text, so that share of its tokens is a prefix of earlier prompts (the planned hit rate is "
+      "reported; --warmup 1 fills the cache first)")
+    a("--cache-bust", nargs="?", const="", default=None, metavar="SALT",
+      help="a 16-token tag before every prompt (each prompt's own; the run's one with a shared prefix), "
+      "from SALT (default: a fresh one per run, recorded in the results), so no prefix-cache hits "
+      "reach across runs")
+    a("--request-rate-stages", "--request-rate-series", type=at.rate_stages, default=(), metavar="R:S,...",
+      help="piecewise request rate: R req/s for S seconds, stage after stage (e.g. 10:30,50:60,20:30); "
+      "replaces --request-rate and --duration; the achieved rate per stage is reported")
 
 
 def _add_ray_flags(p: argparse.ArgumentParser) -> None:
@@ -289,13 +306,15 @@ def _add_compat_flags(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig]:
     """The frozen configs from parsed flags (ValueError on an incompatible combination)."""
+    stages = args.request_rate_stages
     replay = (args.dataset in TRACE_DATASETS and math.isinf(args.request_rate)
-              and args.ramp_up_strategy is None)
+              and args.ramp_up_strategy is None and not stages)
     num_prompts = args.num_prompts
-    if num_prompts is None and args.duration is None and not replay:
+    if num_prompts is None and args.duration is None and not replay and not stages:
         num_prompts = 1000
     streams = args.concurrency
-    if streams is None and math.isinf(args.request_rate) and args.ramp_up_strategy is None and not replay:
+    if streams is None and math.isinf(args.request_rate) and args.ramp_up_strategy is None and not replay \
+            and not stages:
         streams = num_prompts  # NOTE: all --num-prompts streams open at once
     workers = auto_workers(streams) if args.workers == "auto" else args.workers
     max_response_bytes = args.max_response_bytes or default_max_response_bytes(streams, available_memory_bytes())
@@ -325,6 +344,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         itl_sketch=args.itl_sketch, token_event_rule=args.token_events or args.flags_from or "loadgen",
         embedding_batch_size=args.embedding_batch_size, image_batch_size=args.image_batch_size,
         image_width=args.image_width_mean, image_height=args.image_height_mean, image_format=args.image_format,
+        rate_stages=stages,
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=None if replay else num_prompts or 1,
@@ -339,6 +359,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         disable_shuffle=args.disable_shuffle, block_size=args.block_size, trace_timestamps=replay,
         multi_turn_num_turns=args.multi_turn_num_turns, multi_turn_user_len=args.multi_turn_user_len,
         multi_turn_think_time_s=_think_time_s(args), multi_turn_max_context_bytes=args.multi_turn_max_context_bytes,
+        prefix_cache_hit_rate=args.prefix_cache_hit_rate, cache_bust=args.cache_bust,
     )
     if args.vocab_size is not None and (dcfg.name != "random-ids" or args.tokenizer is not None):
         raise ValueError("--vocab-size applies to --dataset random-ids without --tokenizer (the tokenizer "
@@ -364,6 +385,8 @@ def _check_workload_flags(args: argparse.Namespace) -> None:
     """Combinations the trace and session modes cannot run (ValueError: a usage error)."""
     if args.dataset == "multi-turn" and args.duration is not None:
         raise ValueError("--dataset multi-turn counts sessions: give --num-prompts, not --duration")
+    if args.dataset == "multi-turn" and args.request_rate_stages and args.num_prompts is None:
+        raise ValueError("--dataset multi-turn with --request-rate-stages: give --num-prompts (sessions)")
     if args.trace_speedup != RunConfig.trace_speedup and args.dataset not in TRACE_DATASETS:
         raise ValueError("--trace-speedup applies to --dataset mooncake or burstgpt")
     if args.dataset == "multi-turn" and BACKEND_ALIASES[args.backend] not in ("openai-chat", "openai-completions"):

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 
+from loadgen.measure import knobs
 from loadgen.measure.client_health import client_health
 from loadgen.measure.inputs import input_figures
 from loadgen.measure.records import RequestRecord, WorkerHealth
@@ -321,7 +322,18 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     if (turns := per_turn(cfg, records)) is not None:
         summary["per_turn"] = turns
     summary.update(output_kinds(cfg, ok))
+    summary.update(_knob_figures(cfg, records, ok))
     summary["errors"] = _errors(records)
     summary["client_health"] = client_health(cfg, health, lat["send_lag"], len(ok), ok, summary.get("median_ttft_ms"))
     summary["client_bound"] = summary["client_health"]["client_bound"]
     return summary
+
+
+def _knob_figures(cfg: RunConfig, records: list[RequestRecord], ok: list[RequestRecord]) -> dict:
+    """issue 32: the measured prefix-cache hit rate and the rate stages' achieved rates, where they apply."""
+    out = {}
+    if (cache := knobs.prefix_cache(ok)) is not None:
+        out["prefix_cache"] = cache
+    if (stages := knobs.rate_stages(cfg, records)) is not None:
+        out["rate_stages"] = stages
+    return out

@@ -34,6 +34,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     output_len_asked: int = 0
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None  # issue 32: usage.prompt_tokens_details.cached_tokens
     client_output_tokens: int = 0
     chunk_token_source: str = SOURCE_PER_EVENT
     retokenized_output_tokens: int | None = None

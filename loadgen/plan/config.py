@@ -51,6 +51,9 @@ STREAMS_PER_AUTO_WORKER = 512
 #: --server-metrics-interval: scrapes more often than this cost the client's CPU, rarer ones see
 #: too little of a run; past 1 h the interval would overflow the thread's wait.
 SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
+#: --request-rate-stages: the most requests the stages may expect (sum of rate x seconds) without
+#: --num-prompts; past it the arrival times alone would take gigabytes before the first request.
+MAX_STAGE_REQUESTS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class RunConfig:
     image_width: int = 512
     image_height: int = 512
     image_format: str = "png"
+    # issue 32: plan-side knobs. (rate, seconds) stages in order (--request-rate-stages); () for none.
+    rate_stages: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -142,7 +147,7 @@ class RunConfig:
             # --duration alone would open streams without end.
             raise ValueError("give --concurrency, --request-rate or both (--num-prompts N alone "
                              "sends all N at once)")
-        if self.num_prompts is None and self.duration_s is None and not self.replay_trace:
+        if self.num_prompts is None and self.duration_s is None and not (self.replay_trace or self.rate_stages):
             raise ValueError("give --num-prompts or --duration")
         if self.trace_speedup <= 0 or math.isinf(self.trace_speedup):
             raise ValueError("--trace-speedup must be > 0 and finite")
@@ -169,6 +174,7 @@ class RunConfig:
             raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
         self._check_api_inputs()
+        self._check_rate_stages()
 
     def _check_api_inputs(self) -> None:
         """issue 32: what embeddings, Responses and image inputs can be combined with."""
@@ -216,6 +222,20 @@ class RunConfig:
         if self.ramp_up_start_rps <= 0 or self.ramp_up_end_rps <= 0:
             raise ValueError("--ramp-up-start-rps and --ramp-up-end-rps must be > 0")
 
+    def _check_rate_stages(self) -> None:
+        if not self.rate_stages:
+            return
+        if any(not (0 < r < math.inf and 0 < s < math.inf) for r, s in self.rate_stages):
+            raise ValueError("--request-rate-stages: each rate and duration must be > 0 and finite")
+        if not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace:
+            raise ValueError("--request-rate-stages replaces --request-rate, --ramp-up-strategy and trace times")
+        if self.duration_s is not None:
+            raise ValueError("--request-rate-stages sets the duration (the stages' sum): drop --duration")
+        expected = sum(r * s for r, s in self.rate_stages)
+        if self.num_prompts is None and expected > MAX_STAGE_REQUESTS:
+            raise ValueError(f"--request-rate-stages expects {expected:,.0f} requests, more than "
+                             f"{MAX_STAGE_REQUESTS:,}: shorten the stages or cap them with --num-prompts")
+
     @property
     def effective_transport(self) -> str:
         """The transport used (both speak http:// and https://)."""
@@ -234,8 +254,10 @@ class RunConfig:
 
     @property
     def is_rate_mode(self) -> bool:
-        """Requests have intended send times (a rate, a ramp or a replayed trace): latencies start there."""
-        return not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace
+        """Requests have intended send times (a rate, a ramp, rate stages or a replayed trace): latencies
+        start there."""
+        return (not math.isinf(self.request_rate) or self.ramp_up_strategy is not None or self.replay_trace
+                or bool(self.rate_stages))
 
     @property
     def endpoint(self) -> str:
@@ -291,6 +313,11 @@ class DatasetConfig:
     multi_turn_think_time_s: float = 0.0
     #: A session's conversation (user turns and answers, UTF-8 bytes) past which no turn is sent.
     multi_turn_max_context_bytes: int = 8 << 20
+    # issue 32: plan-side knobs. The share of each prompt's tokens taken from one seeded text that
+    # every prompt starts with (--prefix-cache-hit-rate); the cache-bust salt (--cache-bust): None
+    # off, "" a fresh one per run (loadgen/plan/prefix_cache.py).
+    prefix_cache_hit_rate: float = 0.0
+    cache_bust: str | None = None
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -313,6 +340,16 @@ class DatasetConfig:
             raise ValueError("block_size, multi_turn_num_turns and multi_turn_user_len must be >= 1")
         if self.multi_turn_think_time_s < 0 or self.multi_turn_max_context_bytes < 1:
             raise ValueError("multi_turn_think_time_s must be >= 0 and multi_turn_max_context_bytes >= 1")
+        self._check_prefix_cache()
+
+    def _check_prefix_cache(self) -> None:
+        if not 0.0 <= self.prefix_cache_hit_rate <= 1.0:
+            raise ValueError("--prefix-cache-hit-rate must be in [0, 1]")
+        if self.prefix_cache_hit_rate and (self.name != "random" or self.random_prefix_len):
+            raise ValueError("--prefix-cache-hit-rate builds loadgen's --dataset random prompts (without "
+                             "--random-prefix-len, another shared prefix)")
+        if self.cache_bust is not None and self.name in ("random-ids", "multi-turn"):
+            raise ValueError(f"--cache-bust puts a text tag before text prompts: not for --dataset {self.name}")
 
 
 RAY_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK")

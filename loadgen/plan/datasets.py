@@ -19,6 +19,7 @@ import random
 
 from loadgen.plan.config import DatasetConfig
 from loadgen.plan.lengths import FileTokenizer, tokenizer_file
+from loadgen.plan.prefix_cache import SHARING_DATASETS, busted, shared_prompts
 from loadgen.plan.texts import Prompt, sample_lengths, text_of_len, texts_of_len
 from loadgen.plan.traces import burstgpt_prompts, mooncake_prompts
 from loadgen.plan.upstream import BUILDERS
@@ -38,7 +39,7 @@ def upstream_prompts(cfg: DatasetConfig) -> str | None:
     serve`'s random), "sglang-random-ids" (bench_serving's, as text), "sglang-random" (bench_serving's
     random from a ShareGPT `dataset_path`), or None (loadgen's own). Each needs the tokenizer file:
     its vocabulary and special tokens are part of the algorithm."""
-    if cfg.tokenizer_path is None or cfg.name not in ("random", "random-ids"):
+    if cfg.tokenizer_path is None or cfg.name not in ("random", "random-ids") or cfg.prefix_cache_hit_rate:
         return None
     if cfg.convention == "vllm":
         return "vllm" if cfg.name == "random" else None
@@ -51,10 +52,18 @@ def build_prompts(cfg: DatasetConfig, tokenizer=None) -> list[Prompt]:
     """The dataset's prompts, deterministic for a given seed (and tokenizer).
 
     `tokenizer` (FileTokenizer or ServerTokenizer) fits text prompts to exact lengths; by default
-    the `tokenizer_path` file is used when given, else lengths are estimates."""
-    rng = random.Random(cfg.seed)
+    the `tokenizer_path` file is used when given, else lengths are estimates. A cache-bust salt
+    puts a tag before each prompt, or before the shared text (loadgen/plan/prefix_cache.py)."""
     if tokenizer is None and cfg.tokenizer_path is not None:
         tokenizer = FileTokenizer(cfg.tokenizer_path)
+    prompts = _built(cfg, tokenizer)
+    if cfg.cache_bust is not None and not cfg.prefix_cache_hit_rate:
+        return busted(prompts, cfg.cache_bust, tokenizer, cfg.name not in SHARING_DATASETS)
+    return prompts
+
+
+def _built(cfg: DatasetConfig, tokenizer) -> list[Prompt]:
+    rng = random.Random(cfg.seed)
     upstream = upstream_prompts(cfg)
     if upstream is not None:
         return BUILDERS[upstream](cfg, tokenizer)
@@ -83,6 +92,8 @@ def _random_lengths(cfg: DatasetConfig, rng: random.Random, num_special: int = 0
 
 def _random_text(cfg: DatasetConfig, rng: random.Random, tokenizer) -> list[Prompt]:
     ins, outs = _random_lengths(cfg, rng, getattr(tokenizer, "num_special_tokens", 0))
+    if cfg.prefix_cache_hit_rate:
+        return shared_prompts(cfg, rng, tokenizer, ins, outs)
     texts = texts_of_len(rng, ins, tokenizer)
     if cfg.random_prefix_len:
         prefix, prefix_len, exact = text_of_len(rng, cfg.random_prefix_len, tokenizer)

@@ -30,6 +30,7 @@ class Prompt:
     output_len: int
     is_exact_input_len: bool
     arrival_s: float | None = None  # a trace's arrival time, seconds after its first request
+    shared_len: int = 0  # leading tokens taken from the run's shared text (--prefix-cache-hit-rate)
 
 
 def length_range(length: int, ratio: float, convention: str = "sglang") -> tuple[int, int]:
@@ -74,3 +75,21 @@ def texts_of_len(rng: random.Random, lengths: list[int], tokenizer) -> list[tupl
     seeds = [rng.getrandbits(64) for _ in lengths]
     with ThreadPoolExecutor(SERVER_FIT_THREADS) as pool:
         return list(pool.map(lambda n, seed: text_of_len(random.Random(seed), n, tokenizer), lengths, seeds))
+
+
+def fill_to_len(units: list, num_tokens: int, rng: random.Random, tokenizer) -> tuple[str, int]:
+    """Text of `num_tokens` tokens that starts with `units` (words without a tokenizer, token ids
+    with one), topped up with random words; returns the text and its length (exact with a tokenizer)."""
+    if tokenizer is None:
+        filler = random_words(rng, num_tokens - len(units)).split() if num_tokens > len(units) else []
+        return " ".join(units + filler), num_tokens
+    if num_tokens > len(units):
+        units = units + tokenizer.encode(" " + text_of_len(rng, num_tokens - len(units), tokenizer)[0])
+    return fit_to_len(units, num_tokens, tokenizer, lambda: " " + random_words(rng, 1))
+
+
+def units_of_len(rng: random.Random, num_tokens: int, tokenizer) -> list:
+    """`num_tokens` random units: words without a tokenizer, token ids of a fitted text with one."""
+    if tokenizer is None:
+        return random_words(rng, num_tokens).split()
+    return tokenizer.encode(text_of_len(rng, num_tokens, tokenizer)[0])

@@ -27,8 +27,7 @@ import random
 from collections.abc import Iterator
 
 from loadgen.plan.config import DatasetConfig
-from loadgen.plan.lengths import fit_to_len
-from loadgen.plan.texts import Prompt, random_words, text_of_len, texts_of_len
+from loadgen.plan.texts import Prompt, fill_to_len, random_words, text_of_len, texts_of_len
 
 #: The longest input or output length a trace line may ask for: the model's context where known,
 #: else this (2^20 tokens: past the contexts served today; without a tokenizer such a prompt is
@@ -163,12 +162,7 @@ def _prompt_text(row: dict, blocks: _Blocks, rng: random.Random, tokenizer) -> t
         if len(units) >= n:
             break
         units += blocks.get(hash_id, n - len(units))
-    if tokenizer is None:
-        filler = random_words(rng, n - len(units)).split() if n > len(units) else []
-        return " ".join(units + filler), n
-    if n > len(units):
-        units += tokenizer.encode(" " + text_of_len(rng, n - len(units), tokenizer)[0])
-    return fit_to_len(units, n, tokenizer, lambda: " " + random_words(rng, 1))
+    return fill_to_len(units, n, rng, tokenizer)
 
 
 def mooncake_prompts(cfg: DatasetConfig, tokenizer) -> list[Prompt]:

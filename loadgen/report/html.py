@@ -79,7 +79,7 @@ def render(runs: list[dict], labels: list[str]) -> str:
     colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(runs))]
     with plt.rc_context(TEXT_ONLY):
         parts = [_header(runs, labels, colors), _workload(runs, labels), _summary(runs, labels),
-                 _verdicts(runs, labels),
+                 _verdicts(runs, labels), _plan_knobs(runs, labels),
                  _plots(runs, labels, colors), _server_vs_client(runs, labels),
                  _flags_and_machine(runs, labels), _also_in_the_files(runs, labels)]
     return page("loadgen report: " + ", ".join(labels), parts)
@@ -151,6 +151,31 @@ def _per_turn(runs: list[dict], labels: list[str]) -> Html:
                              table(["turn", *keys], [[_cell(t.get("turn"))] + [_cell(t.get(k)) for k in keys]
                                                      for t in turns])]))
     return join(out, "\n")
+
+
+def _plan_knobs(runs: list[dict], labels: list[str]) -> Html:
+    """issue 32: the prefix cache (asked, planned, measured), the cache-bust salt and each rate stage."""
+    data = [(_dict(run.get("dataset")), _dict(_dict(run.get("summary")).get("prefix_cache")),
+             _dict(run.get("summary")).get("rate_stages") or []) for run in runs]
+    rows = [["prefix-cache hit rate asked"] + [_cell(d.get("prefix_cache_hit_rate") or None) for d, _, _ in data],
+            ["planned (shared with an earlier prompt)"] + [_cell(d.get("planned_hit_rate")) for d, _, _ in data],
+            ["measured (server cached_tokens / prompt tokens)"] + [_cell(c.get("measured_hit_rate")) for _, c, _ in data],
+            ["cached / prompt tokens"] + [f"{_cell(c.get('cached_tokens'))} / {_cell(c.get('prompt_tokens'))}"
+                                          if c else "-" for _, c, _ in data],
+            ["cache-bust salt"] + [_cell(d.get("cache_bust")) for d, _, _ in data]]
+    for k in range(max(len(stages) for _, _, stages in data)):
+        rows.append([f"stage {k + 1}: asked / achieved req/s (s)"] + [_stage_cell(stages, k) for _, _, stages in data])
+    shown = [row for row in rows if any(cell not in ("-", "- / -") for cell in row[1:])]
+    if not shown:
+        return Html("")
+    return join([Html("<h2>Prefix cache and rate stages</h2>"), table(["", *labels], shown)])
+
+
+def _stage_cell(stages: list, k: int) -> str:
+    row = _dict(stages[k]) if k < len(stages) else {}
+    if not row:
+        return "-"
+    return f"{_cell(row.get('rate'))} / {_cell(row.get('achieved_rate'))} ({_cell(row.get('duration_s'))})"
 
 
 def _ratio_head(labels: list[str]) -> list[str]:

@@ -170,6 +170,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "input_tokens": input_tokens(r), "output_tokens": output_tokens(r),
                 "usage_prompt_tokens": r.usage_prompt_tokens,
                 "usage_completion_tokens": r.usage_completion_tokens,
+                "usage_cached_tokens": r.usage_cached_tokens,
                 "client_output_tokens": r.client_output_tokens, "num_empty_text_events": r.num_empty_text_events,
                 "chunk_ms": [ms(t) for t in r.chunk_ns], "session": r.session, "turn": r.turn,
                 "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,

@@ -123,12 +123,31 @@ def details(result: RunResult) -> Table:
         table.add_row(f"turn {row['turn']}", f"{row['count']:,} ok" + (f", {row['failed']:,} failed" if row["failed"] else "")
                       + f"  TTFT (ms) mean {fmt(row['mean_ttft_ms'])}  p50 {fmt(row['p50_ttft_ms'])}  "
                       f"p99 {fmt(row['p99_ttft_ms'])}  input tokens mean {fmt(row['mean_input_tokens'])}")
+    _knob_rows(table, s, result.dataset_info)
     for cls, info in s["errors"].items():
         table.add_row(f"error {cls}", f"{info['count']:,}  e.g. {info['example']}")
     _client_rows(table, s)
     _steady_rows(table, (result.timeline or {}).get("steady_state"))
     _server_rows(table, result.server_metrics, s.get("server_vs_client"))
     return table
+
+
+def _knob_rows(table: Table, s: dict, info: dict) -> None:
+    """issue 32: the prefix cache (asked, planned, measured), the cache-bust salt, the rate per stage."""
+    cache = s.get("prefix_cache")
+    if "planned_hit_rate" in info or cache is not None:
+        planned = (f"planned {fmt(info.get('planned_hit_rate'), '{:.3f}')} (shared with an earlier prompt)  "
+                   if "planned_hit_rate" in info else "")
+        measured = ("measured: no cached_tokens in the server's usage" if cache is None else
+                    f"measured {fmt(cache['measured_hit_rate'], '{:.3f}')} ({cache['cached_tokens']:,} of "
+                    f"{cache['prompt_tokens']:,} prompt tokens cached, server usage)")
+        table.add_row("prefix-cache hit rate", planned + measured)
+    if info.get("cache_bust") is not None:
+        table.add_row("cache bust", f"tag from salt {info['cache_bust']}")
+    for row in s.get("rate_stages") or []:
+        table.add_row(f"stage {row['stage']}", f"{fmt(row['rate'])} req/s for {fmt(row['duration_s'])} s: planned "
+                      f"{row['planned']:,}, sent {row['sent']:,} ({fmt(row['achieved_rate'])} req/s), "
+                      f"{row['completed']:,} ok")
 
 
 def _reconciliation_rows(table: Table, rec: dict | None) -> None:

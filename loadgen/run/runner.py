@@ -40,7 +40,8 @@ from loadgen.plan.lengths import (
     probe_server,
     probe_vocab_size,
 )
-from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s
+from loadgen.plan.prefix_cache import planned_hits, with_run_salt
+from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s, stage_offsets_s
 from loadgen.plan.sessions import Session, build_sessions
 from loadgen.plan.texts import Prompt
 from loadgen.plan.upstream import PROMPTS_FROM
@@ -151,6 +152,8 @@ def ids_vocab(cfg: RunConfig, dcfg: DatasetConfig) -> tuple[DatasetConfig, str |
 
 
 def _num_items(cfg: RunConfig) -> int:
+    if cfg.rate_stages:
+        return len(stage_offsets_s(cfg.rate_stages, cfg.burstiness, cfg.num_prompts, cfg.seed))
     if cfg.num_prompts is not None:
         return cfg.num_prompts
     if cfg.is_rate_mode:
@@ -176,7 +179,9 @@ def with_chat_template(cfg: RunConfig, prompts: list[Prompt], tokenizer) -> tupl
 
 
 def _offsets(cfg: RunConfig, num: int) -> list[float | None]:
-    """Intended start offsets of `num` items: a ramp, the arrival process in rate mode, else None."""
+    """Intended start offsets of `num` items: a ramp, rate stages, the arrival process in rate mode, else None."""
+    if cfg.rate_stages:
+        return stage_offsets_s(cfg.rate_stages, cfg.burstiness, num, cfg.seed)
     if cfg.ramp_up_strategy is not None:
         return ramp_offsets_s(cfg.ramp_up_strategy, cfg.ramp_up_start_rps, cfg.ramp_up_end_rps,
                               cfg.burstiness, num, cfg.seed)
@@ -185,20 +190,22 @@ def _offsets(cfg: RunConfig, num: int) -> list[float | None]:
     return [None] * num
 
 
-def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer=None) -> list[WorkerPlan]:
+def build_plans(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer=None,
+                info: dict | None = None) -> list[WorkerPlan]:
     """Items spread round-robin over the workers, each with its intended offset in rate mode (a
-    replayed trace: its own times / --trace-speedup)."""
+    replayed trace: its own times / --trace-speedup). Facts of the plan (the planned prefix-cache
+    hits) go into `info` when given."""
     if dcfg.name == "multi-turn":
         items, warm, num = _session_items(cfg, dcfg, model, tokenizer)
     else:
-        items, warm, num = _request_items(cfg, dcfg, model, tokenizer)
+        items, warm, num = _request_items(cfg, dcfg, model, tokenizer, {} if info is None else info)
     return [
         WorkerPlan(w, items[w :: cfg.workers], warm[w :: cfg.workers], num, dcfg.tokenizer_path)
         for w in range(cfg.workers)
     ]
 
 
-def _request_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -> tuple[list, list, int]:
+def _request_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer, info: dict) -> tuple[list, list, int]:
     if cfg.replay_trace:
         # NOTE: the trace's first N lines are measured; warm-up requests repeat its first lines.
         prompts = _prompts(cfg, replace(dcfg, num_prompts=cfg.num_prompts), tokenizer)
@@ -211,6 +218,8 @@ def _request_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -
         prompts = batch_prompts(prompts, cfg.embedding_batch_size)
         offsets = _offsets(cfg, num)
         num = len(offsets)
+    if dcfg.prefix_cache_hit_rate:
+        info.update(planned_hits(prompts[num:num + cfg.warmup], prompts[:num]))
     prompts, _ = with_chat_template(cfg, prompts, tokenizer)
 
     def item(i: int, p: Prompt, offset: float | None) -> WorkItem:
@@ -331,10 +340,11 @@ def run(cfg: RunConfig, dcfg: DatasetConfig, progress=None, ray_cfg: RayConfig |
 def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     load_avg = load_avg_1m()
     model = cfg.model or first_model(cfg)
-    dcfg, vocab_from = ids_vocab(cfg, dcfg)
+    dcfg, vocab_from = ids_vocab(cfg, with_run_salt(dcfg))
     tokenizer, source = prompt_tokenizer(cfg, dcfg)
+    planned: dict = {}
     try:
-        plans = build_plans(cfg, dcfg, model, tokenizer)
+        plans = build_plans(cfg, dcfg, model, tokenizer, planned)
     finally:
         if isinstance(tokenizer, ServerTokenizer):
             tokenizer.close()
@@ -363,6 +373,9 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
             "prompts_from": PROMPTS_FROM.get(upstream_prompts(dcfg), "loadgen")}
     if vocab_from is not None:
         info.update(vocab_size=dcfg.vocab_size, vocab_from=vocab_from)
+    if dcfg.cache_bust is not None:
+        info["cache_bust"] = dcfg.cache_bust  # NOTE: the salt used (a fresh one when --cache-bust had none)
+    info.update(planned)
     if with_chat_template(cfg, [], tokenizer)[1]:
         info["input_lengths"] += " + chat template (tokenizer_config.json)"
     summary["workers_lost"] = lost

@@ -84,10 +84,19 @@ class _CompletionDetails(msgspec.Struct, gc=False):
     reasoning_tokens: _Count | None = None
 
 
+class _PromptTokensDetails(msgspec.Struct, gc=False):
+    cached_tokens: _Count | None = None  # issue 32: prompt tokens the server's prefix cache held
+
+
 class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: _Count | None = None
     completion_tokens: _Count | None = None
     completion_tokens_details: _CompletionDetails | None = None
+    prompt_tokens_details: _PromptTokensDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return self.prompt_tokens_details.cached_tokens if self.prompt_tokens_details is not None else None
 
 
 class _Chunk(msgspec.Struct, gc=False):
@@ -396,6 +405,7 @@ def _take_chunks(record: RequestRecord, decoded: _Decoded, stamps: list[int], lo
 
 def _take_usage(record: RequestRecord, usage: _Usage) -> None:
     record.usage_prompt_tokens, record.usage_completion_tokens = usage.prompt_tokens, usage.completion_tokens
+    record.usage_cached_tokens = usage.cached_tokens
     if (details := usage.completion_tokens_details) is not None:
         record.usage_reasoning_tokens = details.reasoning_tokens
 

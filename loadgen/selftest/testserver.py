@@ -97,6 +97,7 @@ class ServerScript:
     reasoning_tokens: int = 0  # chat: the first K token events are reasoning deltas
     reasoning_field: str = "reasoning_content"  # or "reasoning" (newer vLLM, OpenRouter)
     tool_calls: bool = False  # chat: the events after the reasoning are tool-call deltas
+    prefix_cache: bool = False  # a prefix cache (_PrefixCache); usage counts prompt bytes and cached_tokens
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
@@ -143,6 +144,7 @@ class _Request(msgspec.Struct):
     max_completion_tokens: int | None = None
     stream: bool = False
     stream_options: dict | None = None
+    messages: list | None = None
 
 
 class _Tokenize(msgspec.Struct):
@@ -231,6 +233,7 @@ class ScriptedServer:
         self._server: asyncio.AbstractServer | None = None
         self._serving = 0
         self._queue: deque[_Stream] = deque()
+        self.prefix_cache = _PrefixCache()
 
     async def start(self) -> int:
         """Listen on 127.0.0.1; returns the bound port."""
@@ -320,6 +323,10 @@ class ScriptedServer:
         n = self.script.num_tokens or req.max_completion_tokens or req.max_tokens or 16
         # NOTE: a text prompt counts as its /tokenize length (bytes); anything else as scripted.
         prompt_tokens = len(req.prompt.encode()) if isinstance(req.prompt, str) else self.script.prompt_tokens
+        cached = None
+        if self.script.prefix_cache:
+            data = _prompt_bytes(req)
+            prompt_tokens, cached = len(data), self.prefix_cache.admit(data)
         if fault == "hang":
             return
         if fault == "http_500":
@@ -335,13 +342,14 @@ class ScriptedServer:
             self.request_log.append({"n": self.truth.num_requests, "body": msgspec.json.decode(body),
                                      "answer": self.script.answer(token, n)})
         if not req.stream:
-            self._answer_whole(conn, is_chat, n, arrived, prompt_tokens, token)
+            self._answer_whole(conn, is_chat, n, arrived, prompt_tokens, token, cached)
             return
         if fault == "endless":
             conn.write(_SSE_HEAD)
             _endless(conn)
             return
         stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token)
+        stream.cached_tokens = cached
         self.truth.open_streams += 1
         role = _ROLE_CHUNK if is_chat and not self.script.role_chunk else b""
         if fault == "close_delimited":
@@ -365,14 +373,14 @@ class ScriptedServer:
             self._admit(self._queue.popleft())
 
     def _answer_whole(self, conn: _Handler, is_chat: bool, n: int, arrived: int, prompt_tokens: int,
-                      token: str = " tok") -> None:
+                      token: str = " tok", cached: int | None = None) -> None:
         async def later() -> None:
             await asyncio.sleep((self.script.ttft_ms + self.script.gap_ms * (n - 1)) / 1e3)
             text = self.script.answer(token, n)
             choice = {"index": 0, "finish_reason": "length"}
             choice.update({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                     "total_tokens": prompt_tokens + n}
+                     "total_tokens": prompt_tokens + n, **_cache_details(cached)}
             self.truth.ttft_ns.append(time.perf_counter_ns() - arrived)
             conn.write(_json_response("200 OK", {"id": "c", "choices": [choice], "usage": usage}))
 
@@ -381,6 +389,8 @@ class ScriptedServer:
 
 class _Stream:
     """One streaming response, written by timer callbacks (no coroutine per stream)."""
+
+    cached_tokens: int | None = None  # with a prefix cache: the prompt's cached tokens
 
     def __init__(self, server, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token=" tok") -> None:
         self.server, self.conn, self.is_chat = server, conn, is_chat
@@ -506,7 +516,7 @@ class _Stream:
         out = [head, b"data: " + msgspec.json.encode({"id": "c", "choices": [fin]}) + b"\n\n"]
         if self.usage:
             usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
-                     "total_tokens": self.prompt_tokens + self.n}
+                     "total_tokens": self.prompt_tokens + self.n, **_cache_details(self.cached_tokens)}
             if self.is_chat and self.server.script.reasoning_tokens:
                 usage["completion_tokens_details"] = {"reasoning_tokens": min(self.server.script.reasoning_tokens, self.n)}
             out.append(b"data: " + msgspec.json.encode({"id": "c", "choices": [], "usage": usage}) + b"\n\n")
@@ -538,6 +548,8 @@ def _kind_event(script: ServerScript, i: int, token: str) -> bytes | None:
     chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m",
              "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
     return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+
+
 # issue 32: APIs: /v1/embeddings (a whole answer ttft_ms after the request) and /v1/responses
 # (streamed as chat is, in the Responses API's events).
 GENERATION_PATHS = (b"/v1/chat/completions", b"/v1/completions", b"/v1/embeddings", b"/v1/responses")
@@ -630,6 +642,42 @@ class _ResponsesStream(_Stream):
 API_ROUTES = {b"/v1/embeddings": _embed, b"/v1/responses": _respond}
 
 
+class _PrefixCache:
+    """`--prefix-cache`: the BLOCK-token blocks of every prompt seen (a token is a byte, as this
+    server's /tokenize counts); a prompt's cached tokens are its leading blocks that an earlier
+    prompt had, as vLLM counts whole KV blocks. Bounded: forgotten at MAX_BLOCKS."""
+
+    BLOCK = 16
+    MAX_BLOCKS = 1 << 20
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def admit(self, data: bytes) -> int:
+        """The cached tokens of prompt `data`; its blocks are cached from now on."""
+        keys, key = [], 0
+        for start in range(0, len(data) - self.BLOCK + 1, self.BLOCK):
+            key = hash((key, data[start:start + self.BLOCK]))
+            keys.append(key)
+        hits = next((j for j, k in enumerate(keys) if k not in self.seen), len(keys))
+        if len(self.seen) + len(keys) > self.MAX_BLOCKS:
+            self.seen.clear()
+        self.seen.update(keys)
+        return hits * self.BLOCK
+
+
+def _prompt_bytes(req: _Request) -> bytes:
+    """The prompt as the prefix cache sees it: a completion's text, a chat's message texts joined."""
+    if req.messages is not None:
+        return "".join(m.get("content", "") for m in req.messages
+                       if isinstance(m, dict) and isinstance(m.get("content"), str)).encode()
+    return req.prompt.encode() if isinstance(req.prompt, str) else msgspec.json.encode(req.prompt)
+
+
+def _cache_details(cached: int | None) -> dict:
+    return {} if cached is None else {"prompt_tokens_details": {"cached_tokens": cached}}
+
+
 def _endless(conn: _Handler) -> None:
     """Write 64 KB events every millisecond for as long as the client reads (bounded buffer)."""
     if conn.transport is None or conn.transport.is_closing():
@@ -678,6 +726,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reasoning-field", choices=REASONING_FIELDS, default="reasoning_content")
     p.add_argument("--tool-calls", action="store_true",
                    help="chat: the token events after the reasoning are tool-call deltas, not content")
+    p.add_argument("--prefix-cache", action="store_true",
+                   help="a prefix cache of 16-byte blocks: usage counts prompt bytes and gives cached_tokens")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -689,7 +739,8 @@ def main(argv: list[str] | None = None) -> None:
                           log_requests=args.log_requests, capacity=args.capacity,
                           truth_stamps=args.truth_stamps, empty_every=args.empty_every,
                           role_chunk=args.role_chunk, reasoning_tokens=args.reasoning_tokens,
-                          reasoning_field=args.reasoning_field, tool_calls=args.tool_calls)
+                          reasoning_field=args.reasoning_field, tool_calls=args.tool_calls,
+                          prefix_cache=args.prefix_cache)
     import uvloop
 
     async def serve() -> None:
