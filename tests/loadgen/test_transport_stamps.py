@@ -24,6 +24,9 @@ from loadgen.run.transport import (
     head_size,
 )
 
+# NOTE: a hang (a mutant that never ends a body) fails in 20 s, not at the suite's 300 s
+pytestmark = pytest.mark.timeout(20)
+
 GAP_S = 0.25
 
 
