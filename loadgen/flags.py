@@ -63,8 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     a = p.add_argument
     pos_int, nonneg_int = at.int_at_least(1), at.int_at_least(0)
     _add_config_flag(p)
-    a("--base-url", type=at.base_url, default=None, help=f"server root (default {_RC.base_url})")
-    a("--model", default=None, help="model name (default: the first one /v1/models lists)")
+    a("--base-url", type=at.weighted(at.base_url), action="append", default=None, metavar="URL[=W]",
+      help=f"server root (default {_RC.base_url}); repeatable: requests go round-robin over the URLs, "
+      "in proportion to their weights W")
+    a("--model", type=at.weighted(str), action="append", default=None, metavar="NAME[=W]",
+      help="model name (default: the first one /v1/models lists); repeatable: a seeded mix in "
+      "proportion to the weights W (LoRA adapter names are models)")
     a("--backend", choices=sorted(BACKEND_ALIASES), default=_RC.backend,
       help="openai-chat or openai-completions; vLLM's and SGLang's names for them are accepted")
     a("--no-stream", action="store_true", help="ask for whole responses instead of SSE streams")
@@ -140,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--timeline-interval", type=at.positive_float(), default=_RC.timeline_interval_s,
       help="width of the timeline's intervals in seconds (default 1)")
     _add_workload_flags(p)
+    _add_run_side_flags(p)
     _add_ray_flags(p)
     _add_compat_flags(p)
     return p
@@ -177,6 +182,21 @@ def _add_workload_flags(p: argparse.ArgumentParser) -> None:
                        help="multi-turn: seconds between a turn's answer and the next turn (default 0)")
     think.add_argument("--multi-turn-delay-ms", type=at.nonneg_float, default=None, metavar="MS",
                        help="the same in milliseconds (vLLM's name)")
+
+
+# issue 32: run-side knobs (cancellation, several URLs, model mix, prefill-concurrency cap)
+def _add_run_side_flags(p: argparse.ArgumentParser) -> None:
+    """Cancellation and the prefill-concurrency cap (see loadgen/README.md, "Workloads")."""
+    a = p.add_argument_group("cancellation and prefill cap").add_argument
+    a("--request-cancellation-rate", type=at.nonneg_float, default=_RC.request_cancellation_rate,
+      metavar="PCT", help="percent of requests the client cancels (closes the connection), chosen by "
+      "--seed; counted `cancelled`, not failed (AIPerf's name)")
+    a("--request-cancellation-delay", type=at.nonneg_float, default=_RC.request_cancellation_delay_s,
+      metavar="S", help="seconds after its send began that a request chosen for cancellation is "
+      "cancelled if still unfinished (default 0)")
+    a("--prefill-concurrency", type=at.int_at_least(1), default=None, metavar="N",
+      help="at most N requests in flight before their first token; the rest wait to be sent, split "
+      "over the workers (AIPerf's name)")
 
 
 def _add_ray_flags(p: argparse.ArgumentParser) -> None:
@@ -275,7 +295,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     seed = defaults["seed"] if args.seed is None else args.seed
     backend = BACKEND_ALIASES[args.backend]
     cfg = RunConfig(
-        base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
+        base_url=_base_url(args), model=args.served_model_name or _first(args.model), backend=backend,
         stream=not args.no_stream, concurrency=args.concurrency, request_rate=args.request_rate,
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=_ignore_eos(args),
@@ -293,6 +313,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
         replay_trace=replay, trace_speedup=args.trace_speedup,
         itl_sketch=args.itl_sketch, token_event_rule=args.token_events or args.flags_from or "loadgen",
+        request_cancellation_rate=args.request_cancellation_rate,
+        request_cancellation_delay_s=args.request_cancellation_delay, prefill_concurrency=args.prefill_concurrency,
+        base_urls=_mix(args.base_url), models=() if args.served_model_name else _mix(args.model),
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=None if replay else num_prompts or 1,
@@ -336,11 +359,20 @@ def _check_workload_flags(args: argparse.Namespace) -> None:
         raise ValueError("--trace-speedup applies to --dataset mooncake or burstgpt")
 
 
+def _first(pairs: list[tuple[str, float]] | None) -> str | None:
+    return pairs[0][0] if pairs else None
+
+
+def _mix(pairs: list[tuple[str, float]] | None) -> tuple[tuple[str, float], ...]:
+    """Several --base-url or --model values with their weights; () for one (the plain case)."""
+    return tuple(pairs) if pairs and len(pairs) > 1 else ()
+
+
 def _base_url(args: argparse.Namespace) -> str:
     if args.base_url is not None:
         if args.host is not None or args.port is not None:
             raise ValueError("give --base-url or --host/--port, not both")
-        return args.base_url
+        return args.base_url[0][0]
     if args.host is None and args.port is None:
         return RunConfig.base_url
     return at.base_url(f"http://{args.host or '127.0.0.1'}:{args.port or 8000}")

@@ -118,6 +118,14 @@ class _Truth:
     num_requests: int = 0
     open_streams: int = 0
     num_empty: int = 0  # token events sent with an empty text
+    # issue 32 (--prefill-concurrency): streams admitted whose first token is not yet written, and the most at once
+    num_awaiting_first: int = 0
+    max_awaiting_first: int = 0
+
+    def awaiting_first(self, change: int) -> None:
+        """A stream begins (+1) or writes its first token (-1)."""
+        self.num_awaiting_first += change
+        self.max_awaiting_first = max(self.max_awaiting_first, self.num_awaiting_first)
 
 
 class _Request(msgspec.Struct):
@@ -267,6 +275,7 @@ class ScriptedServer:
             "mean_gap_ms": (t.gap_ns_sum / t.num_gaps / 1e6) if t.num_gaps else None,
             "num_tokens_sent": len(t.ttft_ns) + t.num_gaps,
             "num_empty_text_events_sent": t.num_empty,
+            "max_awaiting_first_token": t.max_awaiting_first,
         }
 
     def exposition(self) -> str:
@@ -315,6 +324,7 @@ class ScriptedServer:
             return
         stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token)
         self.truth.open_streams += 1
+        self.truth.awaiting_first(+1)
         role = _ROLE_CHUNK if is_chat and not self.script.role_chunk else b""
         if fault == "close_delimited":
             conn.write(_CLOSE_HEAD + role)
@@ -414,6 +424,7 @@ class _Stream:
         now = time.perf_counter_ns()
         truth = self.server.truth
         truth.ttft_ns.append(now - self.arrived)
+        truth.awaiting_first(-1)
         self.first_ns = now
         truth.num_gaps += self.n - 1
         if self.times is not None:
@@ -445,6 +456,7 @@ class _Stream:
         truth = self.server.truth
         if self.sent == 0:
             truth.ttft_ns.append(now - self.arrived)
+            truth.awaiting_first(-1)
             self.first_ns = now
         else:
             truth.gap_ns_sum += now - self.last_ns
