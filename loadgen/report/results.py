@@ -158,6 +158,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "chunk_ms": [ms(t) for t in r.chunk_ns], "session": r.session, "turn": r.turn,
                 "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,
                 "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
+                "url_index": r.url_index, "model_index": r.model_index,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
             }
             f.write(json.dumps(_jsonable(row)) + "\n")

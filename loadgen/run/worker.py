@@ -245,8 +245,10 @@ class _Worker:
             self.counters[self.base + LiveCount.IN_FLIGHT] -= 1
             self.in_flight -= 1
             if sem is not None:
-                if not (self.cfg.is_rate_mode or self.cfg.ramp_up_s):
-                    self.freed.append(rec.end_ns)  # NOTE: the next request sent takes this slot
+                # NOTE: the next request sent takes this slot (with a prefill cap it may wait for a
+                # prefill slot too: that wait is chosen, not the client's refill lag, so none is kept)
+                if not (self.cfg.is_rate_mode or self.cfg.ramp_up_s or self.prefill is not None):
+                    self.freed.append(rec.end_ns)
                 sem.release()
         self._keep(raw)
 
@@ -318,7 +320,7 @@ class _Worker:
         """The live counters for one finished request (before its chunks are parsed)."""
         c = self.counters
         c[self.base + LiveCount.DONE] += 1
-        c[self.base + LiveCount.ERRORS] += raw.record.error_class is not None
+        c[self.base + LiveCount.ERRORS] += raw.record.is_failed
         c[self.base + LiveCount.CHUNKS] += len(raw.chunks)
         if self.cfg.live and raw.record.error_class is None:
             self._live_ttft(raw)
