@@ -382,7 +382,8 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     t0 = min((r.intended_ns for r in records), default=pool.start_ns.value)
     server = scraper.stop(t0) if scraper is not None else {"status": "off"}
     interrupted = interrupted or (scraper is not None and scraper.is_interrupted)
-    if (versus := server_vs_client(server, summary)) is not None:
+    # NOTE: with several --base-url the metrics are the first server's alone, the client's figures all servers'.
+    if not cfg.base_urls and (versus := server_vs_client(server, summary)) is not None:
         summary["server_vs_client"] = versus
     cpu_start = time.process_time()
     tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)

@@ -144,3 +144,19 @@ def test_prefill_concurrency_caps_the_requests_waiting_for_their_first_token(sta
 
     assert max_awaiting("--prefill-concurrency", "2") <= 2
     assert max_awaiting() > 2  # without the cap the same load has more at once: the check can fail
+
+
+def test_several_urls_leave_out_server_vs_client_which_would_mix_one_server_with_all(start_server, tmp_path):
+    first, second = (start_server("--ttft-ms", "2", "--gap-ms", "1", "--metrics", "vllm") for _ in range(2))
+    out = tmp_path / "r.json"
+
+    def versus(*urls: str) -> dict | None:
+        flags = [f for url in urls for f in ("--base-url", url)]
+        assert main(["--random-input-len", "8", "--random-output-len", "6", "--no-server-tokenize", "--quiet",
+                     "--concurrency", "2", "--num-prompts", "8", "--output", str(out), *flags]) == 0
+        data = json.loads(out.read_text())
+        assert data["server_metrics"]["status"] == "ok"
+        return data["summary"].get("server_vs_client")
+
+    assert versus(first.base_url) is not None
+    assert versus(first.base_url, second.base_url) is None
