@@ -100,6 +100,14 @@ def base_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def weighted(parse_value):
     """`VALUE` or `VALUE=W` (issue 32: several --base-url, a --model mix): (the value through
     `parse_value`, its weight W > 0, default 1). Only a number after the last `=` is a weight."""
@@ -107,11 +115,9 @@ def weighted(parse_value):
 
     def parse(text: str) -> tuple[str, float]:
         value, sep, weight = text.rpartition("=")
-        try:
-            is_weight = bool(sep) and math.isfinite(float(weight))
-        except ValueError:
-            is_weight = False
-        return (parse_value(value), weight_of(weight)) if is_weight else (parse_value(text), 1.0)
+        if sep and _is_number(weight):
+            return parse_value(value), weight_of(weight)
+        return parse_value(text), 1.0
     parse.__name__ = "VALUE[=WEIGHT]"
     return parse
 

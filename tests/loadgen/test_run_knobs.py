@@ -160,3 +160,30 @@ def test_several_urls_leave_out_server_vs_client_which_would_mix_one_server_with
 
     assert versus(first.base_url) is not None
     assert versus(first.base_url, second.base_url) is None
+
+
+def test_a_weight_is_a_number_after_the_last_equals_sign():
+    import argparse
+
+    from loadgen import argtypes as at
+
+    model = at.weighted(str)
+    assert model("base") == ("base", 1.0) and model("lora=2.5") == ("lora", 2.5)
+    assert model("a=b") == ("a=b", 1.0)
+    assert at.weighted(at.base_url)("http://h:8001/=3") == ("http://h:8001", 3.0)
+    for bad in ("lora=0", "lora=-1", "lora=inf", "lora=nan"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            model(bad)
+
+
+def test_repeated_flags_make_the_mix_and_one_stays_plain():
+    from loadgen.flags import build_parser, config_from_args
+
+    def cfg(*argv: str) -> RunConfig:
+        return config_from_args(build_parser().parse_args(["--num-prompts", "4", "--concurrency", "2", *argv]))[0]
+
+    mixed = cfg("--base-url", "http://a:1=2", "--base-url", "http://b:2", "--model", "m", "--model", "lora=3")
+    assert mixed.base_url == "http://a:1" and mixed.base_urls == (("http://a:1", 2.0), ("http://b:2", 1.0))
+    assert mixed.model == "m" and mixed.models == (("m", 1.0), ("lora", 3.0))
+    plain = cfg("--base-url", "http://a:1", "--model", "m")
+    assert (plain.base_url, plain.base_urls, plain.model, plain.models) == ("http://a:1", (), "m", ())
