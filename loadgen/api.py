@@ -43,6 +43,8 @@ __all__ = ["RunPlan", "SetupError", "SweepPlan", "UsageError", "load_options", "
 
 #: Flags that say where results go, not what runs: left out of a result's `flags`, so replaying a
 #: saved run never writes over the file it was read from.
+#: issue 32: repeatable flags that are usually given once.
+ONE_OR_MORE_FLAGS = ("base-url", "model")
 OUTPUT_FLAGS = ("output", "records", "csv", "save-result", "result-dir", "result-filename", "append-result")
 
 Options = Mapping[str, object] | str | os.PathLike | None
@@ -277,7 +279,9 @@ def _long_name(action: argparse.Action) -> str:
 
 
 def _recorded(flags: dict) -> dict:
-    """The flags a result records: no output paths, secrets written as REDACTED."""
+    """The flags a result records: no output paths, secrets written as REDACTED; a repeatable flag
+    given once (one --base-url, one --model) as its one value, as before it was repeatable."""
+    flags = {k: v[0] if k in ONE_OR_MORE_FLAGS and len(v) == 1 else v for k, v in flags.items()}
     return redact_flags({k: v for k, v in flags.items() if k not in OUTPUT_FLAGS})
 
 

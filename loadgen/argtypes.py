@@ -100,6 +100,28 @@ def base_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def weighted(parse_value):
+    """`VALUE` or `VALUE=W` (issue 32: several --base-url, a --model mix): (the value through
+    `parse_value`, its weight W > 0, default 1). Only a number after the last `=` is a weight."""
+    weight_of = positive_float()
+
+    def parse(text: str) -> tuple[str, float]:
+        value, sep, weight = text.rpartition("=")
+        if sep and _is_number(weight):
+            return parse_value(value), weight_of(weight)
+        return parse_value(text), 1.0
+    parse.__name__ = "VALUE[=WEIGHT]"
+    return parse
+
+
 def percentiles(text: str) -> tuple[float, ...]:
     """Comma-separated percentiles, each in (0, 100]."""
     values = tuple(_number(x.strip(), float) for x in text.split(","))

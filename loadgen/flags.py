@@ -67,8 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     a = p.add_argument
     pos_int, nonneg_int = at.int_at_least(1), at.int_at_least(0)
     _add_config_flag(p)
-    a("--base-url", type=at.base_url, default=None, help=f"server root (default {_RC.base_url})")
-    a("--model", default=None, help="model name (default: the first one /v1/models lists)")
+    a("--base-url", type=at.weighted(at.base_url), action="append", default=None, metavar="URL[=W]",
+      help=f"server root (default {_RC.base_url}); repeatable: requests go round-robin over the URLs, "
+      "in proportion to their weights W")
+    a("--model", type=at.weighted(str), action="append", default=None, metavar="NAME[=W]",
+      help="model name (default: the first one /v1/models lists); repeatable: a seeded mix in "
+      "proportion to the weights W (LoRA adapter names are models)")
     a("--backend", choices=sorted(BACKEND_ALIASES), default=_RC.backend,
       help="openai-chat, openai-completions, openai-embeddings (/v1/embeddings, not streamed) or "
       "openai-responses (/v1/responses, streamed); vLLM's and SGLang's names for the first two are accepted")
@@ -153,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workload_flags(p)
     _add_api_flags(p)
     _add_plan_knob_flags(p)
+    _add_run_side_flags(p)
     _add_ray_flags(p)
     _add_compat_flags(p)
     return p
@@ -208,6 +213,8 @@ def _add_api_flags(p: argparse.ArgumentParser) -> None:
       help="synthetic images' height in pixels (default 512)")
     a("--image-format", choices=IMAGE_FORMATS, default=_RC.image_format,
       help="synthetic images' encoding, via Pillow (default png)")
+
+
 # issue 32: plan-side knobs (prefix-cache hit rate, cache bust, rate stages; loadgen/README.md, "Workloads").
 def _add_plan_knob_flags(p: argparse.ArgumentParser) -> None:
     """The prefix-cache hit-rate control, the cache-bust tag and the piecewise rate series."""
@@ -224,6 +231,21 @@ def _add_plan_knob_flags(p: argparse.ArgumentParser) -> None:
     a("--request-rate-stages", "--request-rate-series", type=at.rate_stages, default=(), metavar="R:S,...",
       help="piecewise request rate: R req/s for S seconds, stage after stage (e.g. 10:30,50:60,20:30); "
       "replaces --request-rate and --duration; the achieved rate per stage is reported")
+
+
+# issue 32: run-side knobs (cancellation, several URLs, model mix, prefill-concurrency cap)
+def _add_run_side_flags(p: argparse.ArgumentParser) -> None:
+    """Cancellation and the prefill-concurrency cap (see loadgen/README.md, "Workloads")."""
+    a = p.add_argument_group("cancellation and prefill cap").add_argument
+    a("--request-cancellation-rate", type=at.nonneg_float, default=_RC.request_cancellation_rate,
+      metavar="PCT", help="percent of requests the client cancels (closes the connection), chosen by "
+      "--seed; counted `cancelled`, not failed (AIPerf's name)")
+    a("--request-cancellation-delay", type=at.nonneg_float, default=_RC.request_cancellation_delay_s,
+      metavar="S", help="seconds after its send began that a request chosen for cancellation is "
+      "cancelled if still unfinished (default 0)")
+    a("--prefill-concurrency", type=at.int_at_least(1), default=None, metavar="N",
+      help="at most N requests in flight before their first token; the rest wait to be sent, split "
+      "over the workers (AIPerf's name)")
 
 
 def _add_ray_flags(p: argparse.ArgumentParser) -> None:
@@ -324,8 +346,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
     seed = defaults["seed"] if args.seed is None else args.seed
     backend = BACKEND_ALIASES[args.backend]
     cfg = RunConfig(
-        base_url=_base_url(args), model=args.served_model_name or args.model, backend=backend,
-        stream=not args.no_stream and backend != "openai-embeddings", concurrency=args.concurrency, request_rate=args.request_rate,
+        base_url=_base_url(args), model=args.served_model_name or _first(args.model), backend=backend,
+        stream=not args.no_stream and backend != "openai-embeddings", concurrency=args.concurrency,
+        request_rate=args.request_rate,
         burstiness=args.burstiness, num_prompts=num_prompts, duration_s=args.duration,
         warmup=args.warmup, workers=workers, timeout_s=args.timeout, ignore_eos=_ignore_eos(args),
         min_tokens=args.min_tokens, include_usage=not args.no_usage,
@@ -345,6 +368,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         embedding_batch_size=args.embedding_batch_size, image_batch_size=args.image_batch_size,
         image_width=args.image_width_mean, image_height=args.image_height_mean, image_format=args.image_format,
         rate_stages=stages,
+        request_cancellation_rate=args.request_cancellation_rate,
+        request_cancellation_delay_s=args.request_cancellation_delay, prefill_concurrency=args.prefill_concurrency,
+        base_urls=_mix(args.base_url), models=() if args.served_model_name else _mix(args.model),
     )
     dcfg = DatasetConfig(
         name=args.dataset, num_prompts=None if replay else num_prompts or 1,
@@ -400,11 +426,20 @@ def _check_workload_flags(args: argparse.Namespace) -> None:
             raise ValueError(f"--image-batch-size needs Pillow ({exc}): pip install 'serving-hotpaths[vision]'") from None
 
 
+def _first(pairs: list[tuple[str, float]] | None) -> str | None:
+    return pairs[0][0] if pairs else None
+
+
+def _mix(pairs: list[tuple[str, float]] | None) -> tuple[tuple[str, float], ...]:
+    """Several --base-url or --model values with their weights; () for one (the plain case)."""
+    return tuple(pairs) if pairs and len(pairs) > 1 else ()
+
+
 def _base_url(args: argparse.Namespace) -> str:
     if args.base_url is not None:
         if args.host is not None or args.port is not None:
             raise ValueError("give --base-url or --host/--port, not both")
-        return args.base_url
+        return args.base_url[0][0]
     if args.host is None and args.port is None:
         return RunConfig.base_url
     return at.base_url(f"http://{args.host or '127.0.0.1'}:{args.port or 8000}")

@@ -262,7 +262,7 @@ def _goodput(cfg: RunConfig, ok: list[RequestRecord], duration_s: float) -> floa
 
 
 def _errors(records: list[RequestRecord]) -> dict:
-    failed = [r for r in records if not r.ok]
+    failed = [r for r in records if r.is_failed]
     counts = Counter(r.error_class for r in failed)
     examples = {}
     for r in failed:
@@ -290,7 +290,8 @@ def summarize(cfg: RunConfig, records: list[RequestRecord], health: list[WorkerH
     summary = {
         "duration": duration_s,
         "completed": len(ok),
-        "failed": len(records) - len(ok),
+        "failed": sum(r.is_failed for r in records),
+        "cancelled": sum(r.is_cancelled for r in records),
         "total_input_tokens": n_in,
         "total_input_tokens_dataset": sum(r.input_len for r in ok),
         "total_output_tokens": n_out,

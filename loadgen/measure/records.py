@@ -7,6 +7,9 @@ import msgspec
 #: `RequestRecord.chunk_token_source`: how each token event's tokens were counted.
 SOURCE_USAGE_DELTAS = "usage deltas"
 SOURCE_PER_EVENT = "one per content event"
+#: `RequestRecord.error_class` of a request the client cancelled on purpose (--request-cancellation-rate):
+#: neither ok nor failed.
+CANCELLED = "cancelled"
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):
@@ -65,10 +68,22 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     # issue 32: APIs: the request body's bytes (images included); embeddings: the vectors answered.
     request_bytes: int = 0
     num_embeddings: int = 0
+    # issue 32: which --base-url (index into RunConfig.targets) and which --model of a mix it went to.
+    url_index: int = 0
+    model_index: int = 0
 
     @property
     def ok(self) -> bool:
         return self.error_class is None
+
+    @property
+    def is_cancelled(self) -> bool:
+        """Cancelled by the client on purpose (--request-cancellation-rate): not a failure."""
+        return self.error_class == CANCELLED
+
+    @property
+    def is_failed(self) -> bool:
+        return self.error_class is not None and self.error_class != CANCELLED
 
 
 class WorkerHealth(msgspec.Struct, kw_only=True):

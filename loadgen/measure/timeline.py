@@ -76,7 +76,7 @@ def record_stamps(cfg: RunConfig, records: list[RequestRecord], t0: int) -> Stam
     return Stamps(
         starts=np.asarray([r.start_ns - t0 for r in records], dtype=np.int64),
         ends=np.asarray([max(r.end_ns, r.start_ns) - t0 for r in records], dtype=np.int64),
-        failed=np.asarray([not r.ok for r in records], dtype=bool),
+        failed=np.asarray([r.is_failed for r in records], dtype=bool),
         first_at=np.asarray([r.first_token_ns - t0 for r in first], dtype=np.int64),
         ttft_ms=np.asarray([(r.first_token_ns - origin_ns(cfg, r)) / 1e6 for r in first]),
         event_at=_join([np.asarray(r.chunk_ns, dtype=np.int64) - t0 for r in ok], np.int64),

@@ -127,6 +127,14 @@ class RunConfig:
     image_format: str = "png"
     # issue 32: plan-side knobs. (rate, seconds) stages in order (--request-rate-stages); () for none.
     rate_stages: tuple[tuple[float, float], ...] = ()
+    # issue 32: run-side knobs (cancellation, several URLs, model mix, prefill-concurrency cap)
+    request_cancellation_rate: float = 0.0  # percent of requests the client cancels (seeded choice)
+    request_cancellation_delay_s: float = 0.0  # ... this long after their send began
+    #: (URL, weight) per --base-url when several are given; () means `base_url` alone.
+    base_urls: tuple[tuple[str, float], ...] = ()
+    #: (model, weight) per --model when several are given (LoRA adapters are models); () means `model` alone.
+    models: tuple[tuple[str, float], ...] = ()
+    prefill_concurrency: int | None = None  # requests in flight before their first token, at most
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -175,6 +183,7 @@ class RunConfig:
         self._check_rate_ramp()
         self._check_api_inputs()
         self._check_rate_stages()
+        self._check_run_side_knobs()
 
     def _check_api_inputs(self) -> None:
         """issue 32: what embeddings, Responses and image inputs can be combined with."""
@@ -207,6 +216,29 @@ class RunConfig:
     def metrics_url(self) -> str:
         """Where the server's Prometheus metrics are scraped: --server-metrics-url, else BASE/metrics."""
         return self.server_metrics_url or self.base_url.rstrip("/") + "/metrics"
+
+    def _check_run_side_knobs(self) -> None:
+        if not 0.0 <= self.request_cancellation_rate <= 100.0:
+            raise ValueError("--request-cancellation-rate is a percent in [0, 100]")
+        if not 0.0 <= self.request_cancellation_delay_s < math.inf:
+            raise ValueError("--request-cancellation-delay must be >= 0 and finite")
+        if self.prefill_concurrency is not None and self.prefill_concurrency < self.workers:
+            raise ValueError(f"--prefill-concurrency must be >= the number of workers ({self.workers}): "
+                             "each worker holds its share")
+        for what, pairs in (("--base-url", self.base_urls), ("--model", self.models)):
+            if any(not 0 < w < math.inf for _, w in pairs):
+                raise ValueError(f"{what} weights must be > 0 and finite")
+        if self.base_urls and self.base_urls[0][0] != self.base_url:
+            raise ValueError("base_url must be the first of base_urls")
+
+    @property
+    def targets(self) -> tuple[tuple[str, float], ...]:
+        """(URL, weight) of each server sent to: the --base-url list, else `base_url` alone."""
+        return self.base_urls or ((self.base_url, 1.0),)
+
+    def worker_prefill_concurrency(self, worker: int) -> int | None:
+        """This worker's share of --prefill-concurrency (shares differ by at most one)."""
+        return _share(self.prefill_concurrency, self.workers, worker)
 
     def _check_rate_ramp(self) -> None:
         if self.ramp_up_strategy is None:
@@ -273,10 +305,15 @@ class RunConfig:
 
     def worker_concurrency(self, worker: int) -> int | None:
         """This worker's share of the concurrency limit (shares differ by at most one)."""
-        if self.concurrency is None:
-            return None
-        base, extra = divmod(self.concurrency, self.workers)
-        return base + (1 if worker < extra else 0)
+        return _share(self.concurrency, self.workers, worker)
+
+
+def _share(total: int | None, workers: int, worker: int) -> int | None:
+    """A worker's share of a limit split over `workers` (shares differ by at most one)."""
+    if total is None:
+        return None
+    base, extra = divmod(total, workers)
+    return base + (1 if worker < extra else 0)
 
 
 #: Whose meaning --random-range-ratio and the length/seed defaults follow (`--flags-from`).

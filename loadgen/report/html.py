@@ -137,7 +137,7 @@ def _workload(runs: list[dict], labels: list[str]) -> Html:
     per_run = [dict(workload.rows(run)) for run in runs]
     rows = [[name] + [w[name] for w in per_run] for name in workload.ROWS]
     return join([Html("<h2>Workload</h2>"), table(["", *labels], rows, mark_differences=True, cell_class="cmd"),
-                 _differences_note(runs), _per_turn(runs, labels)])
+                 _differences_note(runs), _per_turn(runs, labels), _per_group(runs, labels)])
 
 
 def _per_turn(runs: list[dict], labels: list[str]) -> Html:
@@ -176,6 +176,27 @@ def _stage_cell(stages: list, k: int) -> str:
     if not row:
         return "-"
     return f"{_cell(row.get('rate'))} / {_cell(row.get('achieved_rate'))} ({_cell(row.get('duration_s'))})"
+
+
+#: Issue 32's breakdowns: the summary list, its name column, and the heading.
+GROUPS = (("per_url", "url", "per server (--base-url)"), ("per_model", "model", "per model (--model)"))
+
+
+def _per_group(runs: list[dict], labels: list[str]) -> Html:
+    """Cancelled requests where a run has any, and a run's figures per server and per model."""
+    out = []
+    if any(run.get("cancelled") for run in runs):
+        out.append(table(["", *labels], [["cancelled requests (by the client, not failed)",
+                                          *(_cell(run.get("cancelled")) for run in runs)]]))
+    for run, label in zip(runs, labels, strict=True):
+        for key, name, heading in GROUPS:
+            rows = [_dict(r) for r in run.get(key) or [] if isinstance(r, dict)]
+            if rows:
+                keys = [k for k in rows[0] if k != name]
+                out.append(join([tag("<h3>{}: {}</h3>", label, heading),
+                                 table([name, *keys], [[_cell(r.get(name))] + [_cell(r.get(k)) for k in keys]
+                                                       for r in rows])]))
+    return join(out, "\n")
 
 
 def _ratio_head(labels: list[str]) -> list[str]:

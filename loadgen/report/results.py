@@ -176,6 +176,7 @@ def write_records(path: str, result: RunResult) -> None:
                 "ttft_uncertainty_ms": None if r.ttft_uncertainty_ns is None else r.ttft_uncertainty_ns / 1e6,
                 "num_coalesced_events": r.num_coalesced_events, "clock_t0_ns": t0,
                 "request_bytes": r.request_bytes, "num_embeddings": r.num_embeddings,
+                "url_index": r.url_index, "model_index": r.model_index,
                 **{name: getattr(r, name) for name in SERVER_TIMING_FIELDS},
                 **_kind_row(r, ms, origin_ns(result.cfg, r)),
             }

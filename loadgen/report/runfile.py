@@ -92,7 +92,7 @@ NUMBER_KEYS = (
     "completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "total_output_tokens_client",
     "total_output_tokens_retokenized", "output_tokens_usage_minus_client", "request_throughput",
     "input_throughput", "output_throughput", "total_throughput", "max_output_tokens_per_s", "concurrency",
-    "max_concurrent_requests", "request_goodput", "num_empty_text_events",
+    "max_concurrent_requests", "request_goodput", "num_empty_text_events", "cancelled",
     *(f"{stat}_{name}_ms" for stat in ("mean", "median", "p99")
       for name in ("ttft", "tpot", "itl", "e2e_latency")),
 )

@@ -34,6 +34,7 @@ KIND_LATENCIES = (("ttfo", "TTFO (answer)"), ("reasoning_duration", "Reasoning")
 #: not time: the client's send and read, the wire and kernels, the server's HTTP head parse.
 TTFT_PART_LABELS = {"client_network": "outside server timing", "queue": "server queue",
                     "prefill": "server prefill", "decode": "server decode", "server_other": "server other"}
+CANCELLED_LABEL = "Cancelled requests (by the client, not failed)"
 TOKENS_NOTE = "Each row is defined in loadgen/README.md, \"Metrics\" and \"Client health\"."
 
 
@@ -56,6 +57,8 @@ def headline(result: RunResult) -> list[str]:
         if key == "total_output_tokens" and s.get("output_tokens_source") == "client":
             label = "Total output tokens (client count: no usage)"
         rows.append((label, fmt(s.get(key), spec[key][1])))
+        if key == "failed" and (s.get("cancelled") or result.cfg.request_cancellation_rate):
+            rows.append((CANCELLED_LABEL, fmt(s.get("cancelled"), "{:,.0f}")))
     rows.append(("Client-bound", _verdict_word(s["client_bound"])))
     grid = _latency_grid(s, result.cfg.percentiles)
     width = max(MIN_WIDTH, *(len(line) for line in grid), *(len(a) + len(b) + 3 for a, b in rows))
@@ -124,6 +127,7 @@ def details(result: RunResult) -> Table:
                       + f"  TTFT (ms) mean {fmt(row['mean_ttft_ms'])}  p50 {fmt(row['p50_ttft_ms'])}  "
                       f"p99 {fmt(row['p99_ttft_ms'])}  input tokens mean {fmt(row['mean_input_tokens'])}")
     _knob_rows(table, s, result.dataset_info)
+    _group_rows(table, s)
     for cls, info in s["errors"].items():
         table.add_row(f"error {cls}", f"{info['count']:,}  e.g. {info['example']}")
     _client_rows(table, s)
@@ -148,6 +152,18 @@ def _knob_rows(table: Table, s: dict, info: dict) -> None:
         table.add_row(f"stage {row['stage']}", f"{fmt(row['rate'])} req/s for {fmt(row['duration_s'])} s: planned "
                       f"{row['planned']:,}, sent {row['sent']:,} ({fmt(row['achieved_rate'])} req/s), "
                       f"{row['completed']:,} ok")
+
+
+def _group_rows(table: Table, s: dict) -> None:
+    """Several --base-url, a --model mix: each one's requests and latencies (measure/breakdown.py)."""
+    for key, label in (("per_url", "url"), ("per_model", "model")):
+        for row in s.get(key) or []:
+            outcome = f"{row['completed']:,} ok" + "".join(f", {row[k]:,} {k}" for k in ("failed", "cancelled")
+                                                          if row[k])
+            table.add_row(f"{label} {row[label]}", f"(weight {row['weight']:g}) {outcome}  "
+                          f"{fmt(row['request_throughput'])} req/s  {fmt(row['output_throughput'])} tok/s  "
+                          f"TTFT (ms) p50 {fmt(row['p50_ttft_ms'])} p99 {fmt(row['p99_ttft_ms'])}  "
+                          f"E2E (ms) p50 {fmt(row['p50_e2e_latency_ms'])} p99 {fmt(row['p99_e2e_latency_ms'])}")
 
 
 def _reconciliation_rows(table: Table, rec: dict | None) -> None:

@@ -4,18 +4,20 @@ The read path only stamps and keeps bytes; parsing waits until the request (or t
 Errors are classed: `http_<status>`, `timeout`, `connection`, `bad_response` (a response that breaks
 HTTP/1.1, or a head past `--max-response-header-bytes`), `malformed_sse`, `server_error_event` (the
 server reported an error inside the stream), `too_large` (a body past
-`--max-response-bytes`, cut while it was read), `other`.
+`--max-response-bytes`, cut while it was read), `other`; and `cancelled`, a request the client
+cancelled on purpose (--request-cancellation-rate), which is not a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
 import httpx
 import msgspec
 
-from loadgen.measure.records import RequestRecord
+from loadgen.measure.records import CANCELLED, RequestRecord
 from loadgen.plan.config import RunConfig
 from loadgen.plan.texts import Prompt
 from loadgen.run import httpcore_guards
@@ -41,6 +43,9 @@ from loadgen.run.transport import (
 )
 
 _encode = msgspec.json.Encoder().encode
+#: The first non-empty content (chat) or text (completions) in a chunk of SSE bytes (approximate:
+#: a field split across reads is seen in the next one).
+FIRST_CONTENT = re.compile(rb'"(?:content|text)":"[^"]')
 
 
 def request_body(cfg: RunConfig, model: str, prompt: Prompt, images: tuple[str, ...] = ()) -> bytes:
@@ -153,25 +158,34 @@ class Client:
     async def __aexit__(self, *exc) -> None:
         await self.http.aclose()
 
-    def prepare(self, body: bytes, index: int | None = None) -> httpx.Request | LeanRequest:
-        """A reusable request (built before the run: URL merging alone costs about 60 µs in httpx).
+    def prepare(self, body: bytes, index: int | None = None, url_index: int = 0) -> httpx.Request | LeanRequest:
+        """A reusable request (built before the run: URL merging alone costs about 60 µs in httpx),
+        to `cfg.targets[url_index]` (several --base-url).
 
         With `--request-id-prefix`, it carries `x-request-id: PREFIX<index>` as vLLM's bench sends it."""
         headers = None
         if self.cfg.request_id_prefix is not None and index is not None:
             headers = {"x-request-id": f"{self.cfg.request_id_prefix}{index}"}
-        request = self.http.build_request("POST", self.cfg.endpoint, content=body, headers=headers)
+        url = self.cfg.endpoint
+        if self.cfg.base_urls:
+            url = self.cfg.targets[url_index][0].rstrip("/") + self.cfg.endpoint
+        request = self.http.build_request("POST", url, content=body, headers=headers)
         return self.lean.prepare(request) if self.lean is not None else request
 
-    async def send(self, request: httpx.Request | LeanRequest, raw: RawResponse) -> None:
-        """Send one request and keep its stamped bytes in `raw`; never raises for request errors."""
+    async def send(self, request: httpx.Request | LeanRequest, raw: RawResponse, first_token=None,
+                   cancel_after_s: float | None = None) -> None:
+        """Send one request and keep its stamped bytes in `raw`; never raises for request errors.
+        `first_token()`, if given, is called when the first content arrives (--prefill-concurrency);
+        with `cancel_after_s`, a request unfinished that long after its send began is dropped (its
+        connection closed) and recorded `cancelled` (--request-cancellation-rate)."""
         cfg, rec = self.cfg, raw.record
         raw.backend, raw.num_inputs = cfg.backend, cfg.embedding_batch_size
         rec.request_bytes = _body_bytes(request)
         rec.start_ns = now_ns()
         response = body = None
+        cancel = asyncio.timeout(cancel_after_s)
         try:
-            async with asyncio.timeout(cfg.timeout_s):
+            async with asyncio.timeout(cfg.timeout_s), cancel:
                 status, headers, response, body = await self._open(request)
                 if status != 200:
                     text = (await _error_body(response, body))[:300].decode(errors="replace")
@@ -179,10 +193,12 @@ class Client:
                     return
                 raw.server_timing = _check_headers(headers)
                 if body is not None:
+                    if first_token is not None:
+                        await _until_first_content(body, first_token)
                     await body.complete()
                     raw.chunks, raw.stamps, raw.reads = body.chunks, body.stamps, _reads(body)
                 else:
-                    await _read_body(response, raw, cfg.max_response_bytes)
+                    await _read_body(response, raw, cfg.max_response_bytes, first_token)
         except ResponseTooLarge as exc:
             _fail(rec, "too_large", str(exc))
         except BadResponse as exc:
@@ -190,7 +206,10 @@ class Client:
         except httpx.RemoteProtocolError as exc:
             _fail(rec, *_classify_protocol_error(exc, cfg.max_response_header_bytes))
         except TimeoutError:
-            _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
+            if cancel.expired():
+                _fail(rec, CANCELLED, f"cancelled by the client {cancel_after_s:g} s after the send began")
+            else:
+                _fail(rec, "timeout", f"no complete response within {cfg.timeout_s} s")
         except (httpx.ConnectError, httpx.ReadError, httpx.WriteError) as exc:
             _fail(rec, "connection", describe_error(exc))
         except httpx.TimeoutException as exc:
@@ -283,7 +302,7 @@ async def _error_body(response: httpx.Response | None, body: StampedBody | None)
     return b"".join(body.chunks)  # type: ignore[union-attr]
 
 
-async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int) -> None:
+async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int, first_token=None) -> None:
     chunks, stamps, num_bytes = raw.chunks, raw.stamps, 0
     async for data in response.aiter_raw():
         stamp = now_ns()
@@ -292,6 +311,17 @@ async def _read_body(response: httpx.Response, raw: RawResponse, max_bytes: int)
             raise ResponseTooLarge(too_large_message(max_bytes))
         stamps.append(stamp)
         chunks.append(data)
+        if first_token is not None and FIRST_CONTENT.search(data):
+            first_token()
+            first_token = None
+
+
+async def _until_first_content(body: StampedBody, first_token) -> None:
+    """Read the lean body as it arrives until its first content (then `first_token()`) or its end."""
+    async for data in body:
+        if FIRST_CONTENT.search(data):
+            first_token()
+            return
 
 
 def _parse_responses(raw: RawResponse, tokenizer, want_text: bool, client_delays, rule: str) -> str | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import httpx
 import msgspec
 
+from loadgen.measure.breakdown import run_side_figures
 from loadgen.measure.machine import load_avg_1m
 from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
@@ -40,6 +41,7 @@ from loadgen.plan.lengths import (
     probe_server,
     probe_vocab_size,
 )
+from loadgen.plan.mix import Pick, model_names, picks, warmup_picks
 from loadgen.plan.prefix_cache import planned_hits, with_run_salt
 from loadgen.plan.schedule import arrival_offsets_s, ramp_offsets_s, stage_offsets_s
 from loadgen.plan.sessions import Session, build_sessions
@@ -221,13 +223,16 @@ def _request_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer, i
     if dcfg.prefix_cache_hit_rate:
         info.update(planned_hits(prompts[num:num + cfg.warmup], prompts[:num]))
     prompts, _ = with_chat_template(cfg, prompts, tokenizer)
+    names = model_names(cfg, model)
 
-    def item(i: int, p: Prompt, offset: float | None) -> WorkItem:
-        body = request_body(cfg, model, p, request_images(cfg, i) if cfg.image_batch_size else ())
-        return WorkItem(i, body, p.input_len, p.is_exact_input_len, p.output_len, offset)
+    def item(i: int, p: Prompt, offset: float | None, pick: Pick) -> WorkItem:
+        images = request_images(cfg, i) if cfg.image_batch_size else ()
+        return WorkItem(i, request_body(cfg, names[pick.model_index], p, images), p.input_len, p.is_exact_input_len,
+                        p.output_len, offset, None, pick.url_index, pick.model_index, pick.cancel_after_s)
 
-    items = [item(i, prompts[i], offsets[i]) for i in range(num)]
-    warm = [item(-1 - i, prompts[num + i], None) for i in range(cfg.warmup)]
+    chosen, warm_chosen = picks(cfg, num), warmup_picks(cfg, cfg.warmup)
+    items = [item(i, prompts[i], offsets[i], chosen[i]) for i in range(num)]
+    warm = [item(-1 - i, prompts[num + i], None, warm_chosen[i]) for i in range(cfg.warmup)]
     return items, warm, num
 
 
@@ -238,15 +243,22 @@ def _session_items(cfg: RunConfig, dcfg: DatasetConfig, model: str, tokenizer) -
                                        build_sessions)
     measured = sessions[:cfg.num_prompts]
     offsets, items, first = _offsets(cfg, len(measured)), [], 0
-    for i, (s, offset) in enumerate(zip(measured, offsets, strict=True)):
+    names, chosen = model_names(cfg, model), picks(cfg, len(measured))
+    for i, (s, offset, pick) in enumerate(zip(measured, offsets, chosen, strict=True)):
         plan = SessionPlan(s.user_turns, s.user_lens, s.output_lens, dcfg.multi_turn_think_time_s, first,
                            dcfg.multi_turn_max_context_bytes)
         first += len(s.user_turns)
-        body = request_body(cfg, model, Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True))
-        items.append(WorkItem(i, body, s.user_lens[0], s.is_exact_input_len, s.output_lens[0], offset, plan))
-    warm = [WorkItem(-1 - i, request_body(cfg, model, Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True)),
-                     s.user_lens[0], s.is_exact_input_len, s.output_lens[0])
-            for i, s in enumerate(sessions[cfg.num_prompts:])]
+        prompt = Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True)
+        body = request_body(cfg, names[pick.model_index], prompt)
+        # NOTE: a session's turns stay on one server and model, and are not cancelled.
+        items.append(WorkItem(i, body, s.user_lens[0], s.is_exact_input_len, s.output_lens[0], offset, plan,
+                              pick.url_index, pick.model_index))
+    warm_chosen = warmup_picks(cfg, len(sessions) - cfg.num_prompts)
+    warm = [WorkItem(-1 - i, request_body(cfg, names[pick.model_index],
+                                          Prompt(s.user_turns[0], s.user_lens[0], s.output_lens[0], True)),
+                     s.user_lens[0], s.is_exact_input_len, s.output_lens[0], None, None, pick.url_index,
+                     pick.model_index)
+            for i, (s, pick) in enumerate(zip(sessions[cfg.num_prompts:], warm_chosen, strict=True))]
     return items, warm, first
 
 
@@ -368,6 +380,7 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
         records = sorted(records + pool.lost_records, key=lambda r: r.index)
     lat = latencies(cfg, [r for r in records if r.ok])
     summary = summarize(cfg, records, [r.health for r in results], lat)
+    summary.update(run_side_figures(cfg, records, summary["duration"]))
     interrupted = interrupted or any(r.interrupted for r in results)
     info = {"input_lengths": source, "length_convention": dcfg.convention,
             "prompts_from": PROMPTS_FROM.get(upstream_prompts(dcfg), "loadgen")}
@@ -385,7 +398,8 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     t0 = min((r.intended_ns for r in records), default=pool.start_ns.value)
     server = scraper.stop(t0) if scraper is not None else {"status": "off"}
     interrupted = interrupted or (scraper is not None and scraper.is_interrupted)
-    if (versus := server_vs_client(server, summary)) is not None:
+    # NOTE: with several --base-url the metrics are the first server's alone, the client's figures all servers'.
+    if not cfg.base_urls and (versus := server_vs_client(server, summary)) is not None:
         summary["server_vs_client"] = versus
     cpu_start = time.process_time()
     tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)

@@ -11,7 +11,6 @@ import asyncio
 import gc
 import itertools
 import os
-import re
 import resource
 import signal
 import time
@@ -26,7 +25,14 @@ from loadgen.measure.records import RequestRecord, WorkerHealth, WorkerResult
 from loadgen.measure.sketch import SketchBuilder
 from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import load_tokenizer
-from loadgen.run.client import Client, RawResponse, finish_record, finish_with_answer, turn_body
+from loadgen.run.client import (
+    FIRST_CONTENT,
+    Client,
+    RawResponse,
+    finish_record,
+    finish_with_answer,
+    turn_body,
+)
 from loadgen.run.clock import now_ns
 
 TICK_S = 0.05
@@ -48,8 +54,6 @@ class LiveCount(IntEnum):
 #: Each worker's slots: the counters, then a ring of its latest live TTFTs (µs; only with `cfg.live`).
 TTFT_RING = 256
 NUM_COUNTERS = len(LiveCount) + TTFT_RING
-#: The first non-empty content (chat) or text (completions) in a chunk of SSE bytes.
-_FIRST_CONTENT = re.compile(rb'"(?:content|text)":"[^"]')
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,9 @@ class WorkItem:
     output_len: int
     offset_s: float | None = None
     session: SessionPlan | None = None
+    url_index: int = 0  # issue 32: which of RunConfig.targets it goes to
+    model_index: int = 0  # issue 32: which model of a --model mix its body names
+    cancel_after_s: float | None = None  # issue 32: cancelled this long after its send began, if unfinished
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ class _Worker:
         self.counters, self.stop_event = counters, stop_event
         self.base = plan.worker * NUM_COUNTERS
         self.limit = cfg.worker_concurrency(plan.worker)
+        prefill_limit = cfg.worker_prefill_concurrency(plan.worker)
+        self.prefill = asyncio.Semaphore(prefill_limit) if prefill_limit else None
         self.raws: list[RawResponse] = []
         self.records: list[RequestRecord] = []
         self.tasks: set[asyncio.Task] = set()
@@ -118,7 +127,7 @@ class _Worker:
         num_conn = self.limit or max(64, len(self.plan.items))
         async with Client(self.cfg, num_conn) as client:
             self.client = client
-            self.requests = {it.index: client.prepare(it.body, it.index) for it in self.plan.items}
+            self.requests = {it.index: client.prepare(it.body, it.index, it.url_index) for it in self.plan.items}
             await self._warmup()
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait, BARRIER_TIMEOUT_S)
             self.t0 = start_ns.value
@@ -171,7 +180,8 @@ class _Worker:
 
         async def one(item: WorkItem) -> None:
             async with sem:
-                await self.client.send(self.client.prepare(item.body), RawResponse(_new_record(item, 0)))
+                request = self.client.prepare(item.body, url_index=item.url_index)
+                await self.client.send(request, RawResponse(_new_record(item, 0)))
 
         await asyncio.gather(*(one(item) for item in self.plan.warmup))
 
@@ -200,9 +210,15 @@ class _Worker:
                 await sem.acquire()
                 # NOTE: waiting for a concurrency slot is chosen queueing, not client lag.
                 intended = max(intended, now_ns()) if item.offset_s is not None else now_ns()
+            if self.prefill is not None and item.session is None:
+                await self.prefill.acquire()
+                # NOTE: so is waiting for a prefill slot (--prefill-concurrency).
+                intended = max(intended, now_ns()) if item.offset_s is not None else now_ns()
             if self.is_interrupted or (deadline and now_ns() >= deadline):
                 if sem is not None:
                     sem.release()
+                if self.prefill is not None and item.session is None:
+                    self.prefill.release()
                 break
             if item.session is None:
                 freed = self.freed.popleft() if self.freed else None
@@ -220,21 +236,26 @@ class _Worker:
         self.in_flight += 1
         if self.full_at_s is None and self.limit and self.in_flight >= self.limit:
             self.full_at_s = (now_ns() - self.t0) / 1e9
+        first_token = _Once(self.prefill.release) if self.prefill is not None else None
         try:
-            await self.client.send(self._request(item), raw)
+            await self.client.send(self._request(item), raw, first_token, item.cancel_after_s)
         finally:
+            if first_token is not None:
+                first_token()  # NOTE: a request that ended without a token frees its prefill slot here
             self.counters[self.base + LiveCount.IN_FLIGHT] -= 1
             self.in_flight -= 1
             if sem is not None:
-                if not (self.cfg.is_rate_mode or self.cfg.ramp_up_s):
-                    self.freed.append(rec.end_ns)  # NOTE: the next request sent takes this slot
+                # NOTE: the next request sent takes this slot (with a prefill cap it may wait for a
+                # prefill slot too: that wait is chosen, not the client's refill lag, so none is kept)
+                if not (self.cfg.is_rate_mode or self.cfg.ramp_up_s or self.prefill is not None):
+                    self.freed.append(rec.end_ns)
                 sem.release()
         self._keep(raw)
 
     def _request(self, item: WorkItem):
         """The prepared request; a repeat (--duration) with --request-id-prefix gets its own id."""
         if item.index >= self.plan.num_total and self.cfg.request_id_prefix is not None:
-            return self.client.prepare(item.body, item.index)
+            return self.client.prepare(item.body, item.index, item.url_index)
         return self.requests[item.index % self.plan.num_total]
 
     async def _session(self, item: WorkItem, intended_ns: int, sem) -> None:
@@ -259,13 +280,14 @@ class _Worker:
                     intended_ns = end_ns + int(plan.think_time_s * 1e9)
                     await _sleep_until(intended_ns)
                     body = turn_body(self.cfg, item.body, history, user, plan.output_lens[turn])
-                    request = self.client.prepare(body, plan.first_index + turn)
+                    request = self.client.prepare(body, plan.first_index + turn, item.url_index)
                 else:
                     request = self.requests[item.index]
                 rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=intended_ns,
                                     start_ns=0, end_ns=0, input_len=plan.input_len(turn),
                                     is_exact_input_len=item.is_exact_input_len and turn == 0,
-                                    output_len_asked=plan.output_lens[turn], session=item.index, turn=turn)
+                                    output_len_asked=plan.output_lens[turn], session=item.index, turn=turn,
+                                    url_index=item.url_index, model_index=item.model_index)
                 raw = RawResponse(rec, is_stream=self.cfg.stream)
                 await self.client.send(request, raw)
                 self._count(raw)
@@ -288,6 +310,7 @@ class _Worker:
         rec = RequestRecord(index=plan.first_index + turn, worker=self.plan.worker, intended_ns=now, start_ns=now,
                             end_ns=now, input_len=plan.input_len(turn), output_len_asked=plan.output_lens[turn],
                             session=item.index, turn=turn, error_class="context_too_large",
+                            url_index=item.url_index, model_index=item.model_index,
                             error_message=f"turn not sent: the conversation would be {context_bytes} bytes, past "
                             f"--multi-turn-max-context-bytes {plan.max_context_bytes}")
         self._count(RawResponse(rec))
@@ -297,7 +320,7 @@ class _Worker:
         """The live counters for one finished request (before its chunks are parsed)."""
         c = self.counters
         c[self.base + LiveCount.DONE] += 1
-        c[self.base + LiveCount.ERRORS] += raw.record.error_class is not None
+        c[self.base + LiveCount.ERRORS] += raw.record.is_failed
         c[self.base + LiveCount.CHUNKS] += len(raw.chunks)
         if self.cfg.live and raw.record.error_class is None:
             self._live_ttft(raw)
@@ -317,7 +340,7 @@ class _Worker:
         rec = raw.record
         origin = rec.intended_ns if self.cfg.is_rate_mode else rec.start_ns
         for chunk, stamp in zip(raw.chunks[:8], raw.stamps, strict=False):
-            if _FIRST_CONTENT.search(chunk):
+            if FIRST_CONTENT.search(chunk):
                 c, written = self.counters, self.counters[self.base + LiveCount.TTFT_WRITTEN]
                 c[self.base + len(LiveCount) + written % TTFT_RING] = (stamp - origin) // 1000
                 c[self.base + LiveCount.TTFT_WRITTEN] = written + 1
@@ -353,6 +376,18 @@ class _Worker:
                 self.dispatcher.cancel()
                 for task in list(self.tasks):
                     task.cancel()
+
+
+class _Once:
+    """Calls `fn` on the first call only (a prefill slot is freed at the first token or the end)."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self) -> None:
+        if self.fn is not None:
+            fn, self.fn = self.fn, None
+            fn()
 
 
 class _Delays:
@@ -422,7 +457,8 @@ async def _sleep_until(when_ns: int) -> None:
 def _new_record(item: WorkItem, worker: int) -> RequestRecord:
     return RequestRecord(index=item.index, worker=worker, intended_ns=0, start_ns=0, end_ns=0,
                          input_len=item.input_len, is_exact_input_len=item.is_exact_input_len,
-                         output_len_asked=item.output_len)
+                         output_len_asked=item.output_len, url_index=item.url_index,
+                         model_index=item.model_index)
 
 
 def worker_main(cfg: RunConfig, plan: WorkerPlan, conn, barrier, start_ns, counters, stop_event) -> None:

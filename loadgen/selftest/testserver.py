@@ -136,6 +136,14 @@ class _Truth:
     num_images: int = 0
     num_inputs: int = 0
     num_prompt_tokens: int = 0
+    # issue 32 (--prefill-concurrency): streams admitted whose first token is not yet written, and the most at once
+    num_awaiting_first: int = 0
+    max_awaiting_first: int = 0
+
+    def awaiting_first(self, change: int) -> None:
+        """A stream begins (+1) or writes its first token (-1)."""
+        self.num_awaiting_first += change
+        self.max_awaiting_first = max(self.max_awaiting_first, self.num_awaiting_first)
 
 
 class _Request(msgspec.Struct):
@@ -293,6 +301,7 @@ class ScriptedServer:
             "num_empty_text_events_sent": t.num_empty,
             "request_body_bytes": t.num_body_bytes, "image_parts": t.num_images,
             "embedding_inputs": t.num_inputs, "embedding_prompt_tokens": t.num_prompt_tokens,
+            "max_awaiting_first_token": t.max_awaiting_first,
         }
 
     def _count_body(self, body: bytes) -> None:
@@ -351,6 +360,7 @@ class ScriptedServer:
         stream = _Stream(self, conn, is_chat, n, usage, fault, arrived, prompt_tokens, token)
         stream.cached_tokens = cached
         self.truth.open_streams += 1
+        self.truth.awaiting_first(+1)
         role = _ROLE_CHUNK if is_chat and not self.script.role_chunk else b""
         if fault == "close_delimited":
             conn.write(_CLOSE_HEAD + role)
@@ -452,6 +462,7 @@ class _Stream:
         now = time.perf_counter_ns()
         truth = self.server.truth
         truth.ttft_ns.append(now - self.arrived)
+        truth.awaiting_first(-1)
         self.first_ns = now
         truth.num_gaps += self.n - 1
         if self.times is not None:
@@ -483,6 +494,7 @@ class _Stream:
         truth = self.server.truth
         if self.sent == 0:
             truth.ttft_ns.append(now - self.arrived)
+            truth.awaiting_first(-1)
             self.first_ns = now
         else:
             truth.gap_ns_sum += now - self.last_ns
