@@ -44,6 +44,9 @@ STREAMS_PER_AUTO_WORKER = 512
 #: --server-metrics-interval: scrapes more often than this cost the client's CPU, rarer ones see
 #: too little of a run; past 1 h the interval would overflow the thread's wait.
 SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
+#: Series kept per scraped target (`--server-metrics-max-series`): vLLM's own exposition,
+#: histogram buckets included, is about 1,000 series per engine.
+DEFAULT_MAX_SERIES = 2000
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,10 @@ class RunConfig:
     ramp_up_end_rps: float | None = None
     continuous_usage: bool = False
     server_metrics: bool = True
-    server_metrics_url: str | None = None
     server_metrics_interval_s: float = 1.0
+    # issue 32: server metrics from any server (several targets, every series up to a cap)
+    server_metrics_urls: tuple[str, ...] = ()
+    server_metrics_max_series: int = DEFAULT_MAX_SERIES
     timeline_interval_s: float = 1.0
     live: bool = False  # workers publish approximate TTFTs for the live panel
     replay_trace: bool = False  # send each request at its dataset timestamp (Prompt.arrival_s)
@@ -152,6 +157,8 @@ class RunConfig:
         low, high = SERVER_METRICS_INTERVAL_RANGE_S
         if not low <= self.server_metrics_interval_s <= high:
             raise ValueError(f"--server-metrics-interval must be in [{low:g}, {high:g}] s")
+        if self.server_metrics_max_series < 1:
+            raise ValueError("--server-metrics-max-series must be >= 1")
         if self.timeline_interval_s <= 0:
             raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
@@ -162,9 +169,9 @@ class RunConfig:
         return not TOKEN_EVENT_RULES[self.token_event_rule][EMPTY_TEXT]
 
     @property
-    def metrics_url(self) -> str:
-        """Where the server's Prometheus metrics are scraped: --server-metrics-url, else BASE/metrics."""
-        return self.server_metrics_url or self.base_url.rstrip("/") + "/metrics"
+    def metrics_urls(self) -> tuple[str, ...]:
+        """Where Prometheus metrics are scraped: each --server-metrics-url, else BASE/metrics."""
+        return self.server_metrics_urls or (self.base_url.rstrip("/") + "/metrics",)
 
     def _check_rate_ramp(self) -> None:
         if self.ramp_up_strategy is None:
