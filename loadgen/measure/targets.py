@@ -4,6 +4,7 @@ and, say, a dcgm-exporter's beside it, and what their figures give together (ene
 
 from __future__ import annotations
 
+from loadgen.measure.all_series import cap_note
 from loadgen.measure.server_metrics import Scraper
 from loadgen.plan.config import DEFAULT_MAX_SERIES
 
@@ -83,3 +84,50 @@ def _mean(values) -> float | None:
 def _sum(values) -> float | None:
     values = [v for v in values if v is not None]
     return sum(values) if values else None
+
+
+def figure_lines(block: dict, summary: dict) -> list[tuple[str, str]]:
+    """(label, text) rows of every target's mapped figures, series kept and cap, and the energy per
+    output token: what the terminal table and the HTML report show under the server's metrics."""
+    rows = []
+    for i, target in enumerate(targets(block or {})):
+        if i:
+            rows.append((f"server metrics {i + 1}", f"{target.get('url')}: " + _status(target)))
+        if target.get("status") != "ok":
+            continue
+        rows += [(f"  {label}", text) for label, text in _run_figures(target.get("run") or {})]
+        every = target.get("all_series") or {}
+        if every:
+            rows.append(("  series kept", f"{every['num_series']:,} (cap {every['max_series']:,})"))
+        if (note := cap_note(target)) is not None:
+            rows.append(("  series cap", note))
+    energy = summary.get("energy") or {}
+    if energy.get("energy_per_output_token_j") is not None:
+        rows.append(("energy per output token", f"{energy['energy_per_output_token_j']:,.4f} J "
+                     f"({energy['energy_j']:,.1f} J over {summary.get('total_output_tokens', 0):,} tokens)"))
+    return rows
+
+
+def _status(target: dict) -> str:
+    if target.get("status") != "ok":
+        return target.get("status", "off")
+    failed = target.get("failed_scrapes") or 0
+    return (f"{target.get('dialect') or 'no known names'}, {target.get('scrapes', 0):,} scrapes"
+            + (f", {failed:,} failed (last: {target.get('last_failure')})" if failed else ""))
+
+
+#: `run` key -> its row's label and format (a fraction as a percentage).
+_FIGURES = {
+    "prefix_cache_hit_rate": ("prefix-cache hit rate", "{:.1%}"),
+    "spec_acceptance_rate": ("spec-decode acceptance", "{:.1%}"),
+    "mean_cache_hit_rate": ("cache hit rate (mean)", "{:.1%}"),
+    "mean_spec_accept_length": ("spec accept length (mean)", "{:,.2f}"),
+    "mean_gpu_util": ("GPU utilisation (mean, %)", "{:,.1f}"),
+    "max_memory_used_mib": ("GPU memory used (max, MiB)", "{:,.0f}"),
+    "mean_power_w": ("GPU power (mean, W)", "{:,.1f}"),
+    "energy_j": ("GPU energy (J)", "{:,.1f}"),
+}
+
+
+def _run_figures(run: dict) -> list[tuple[str, str]]:
+    return [(label, spec.format(run[key])) for key, (label, spec) in _FIGURES.items() if run.get(key) is not None]

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadgen.measure.metrics import pct_key
+from loadgen.measure.targets import figure_lines
 from loadgen.report import peers
 from loadgen.report.results import TABLE_ROWS, fmt
 from loadgen.run.runner import RunResult
@@ -113,7 +114,14 @@ def details(result: RunResult) -> Table:
     _client_rows(table, s)
     _steady_rows(table, (result.timeline or {}).get("steady_state"))
     _server_rows(table, result.server_metrics, s.get("server_vs_client"))
+    _target_rows(table, result.server_metrics, s)
     return table
+
+
+def _target_rows(table: Table, server: dict, s: dict) -> None:
+    """Every scraped target's mapped figures, series kept and cap, and energy per output token."""
+    for label, text in figure_lines(server, s):
+        table.add_row(label, text)
 
 
 def _reconciliation_rows(table: Table, rec: dict | None) -> None:

@@ -4,17 +4,23 @@ vLLM, SGLang, TGI and dcgm-exporter mapped, and several `--server-metrics-url` i
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+import tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from loadgen.cli import main
 from loadgen.measure.all_series import AllSeries, series_key
-from loadgen.measure.prometheus import SampleLines, parse
-from loadgen.measure.server_metrics import _deltas, dialect, read_series
+from loadgen.measure.prometheus import Deadline, SampleLines, fetch, parse
+from loadgen.measure.server_metrics import _deltas, dialect, read_series, wanted_names
 from loadgen.measure.targets import energy_per_token
+from loadgen.selftest.hostile_metrics import NUM_WIDE
 
 DCGM = (Path(__file__).parent / "fixtures" / "exporters" / "dcgm_exporter.txt").read_text()
 #: dcgm-exporter's energy counters in the fixture (mJ, GPUs 0 and 1).
@@ -168,3 +174,35 @@ def test_a_run_scrapes_the_server_and_a_dcgm_exporter_beside_it(start_server, ex
     assert (gpu["run"]["mean_gpu_util"], gpu["run"]["max_memory_used_mib"]) == (40, 61234 + 60876)
     energy = data["summary"]["energy"]
     assert energy["energy_per_output_token_j"] == pytest.approx(gpu["run"]["energy_j"] / 96)
+
+
+def test_a_target_past_the_series_cap_keeps_the_cap_and_counts_the_rest(start_hostile_metrics):
+    # 200,000 series within the byte bound: the scrape keeps the names read and 2,000 others.
+    _, url = start_hostile_metrics("--metrics", "wide")
+    with httpx.Client(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        tracemalloc.start()
+        try:
+            m = fetch(client, url + "/metrics", Deadline(60), wanted_names("reference"), 2000)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert m.value("reference:num_waiting_reqs") == 2
+    assert len(m) == 3 + 2000 and m.num_dropped == NUM_WIDE - 2000
+    assert peak < 8 << 20
+
+
+def test_a_run_says_in_one_line_where_the_cap_was_hit(start_hostile_metrics, tmp_path):
+    _, url = start_hostile_metrics("--metrics", "wide")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "--base-url", url, "--model", "hostile-model",
+                           "--no-server-tokenize", "--num-prompts", "4", "--request-rate", "8",
+                           "--random-input-len", "8", "--random-output-len", "4",
+                           "--server-metrics-max-series", "100", "--output", str(out)],
+                          capture_output=True, text=True, timeout=180, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    sm = json.loads(out.read_text())["server_metrics"]
+    assert (sm["status"], sm["all_series"]["num_series"]) == ("ok", 100)
+    assert sm["all_series"]["num_dropped"] >= NUM_WIDE - 100
+    assert [" ".join(ln.split()) for ln in proc.stdout.splitlines() if "series cap" in ln] == [
+        f"series cap {url}/metrics: series cap 100 hit, "
+        f"{sm['all_series']['num_dropped']:,} series not kept (--server-metrics-max-series)"]
