@@ -14,6 +14,7 @@ import math
 import os
 import time
 
+from loadgen.measure.targets import figure_lines
 from loadgen.measure.timeline import STEADY_RULE
 from loadgen.report import peers, plots, workload
 from loadgen.report.plots import SPLIT_PARTS, TEXT_ONLY, log_x, plt
@@ -78,7 +79,7 @@ def render(runs: list[dict], labels: list[str]) -> str:
     with plt.rc_context(TEXT_ONLY):
         parts = [_header(runs, labels, colors), _workload(runs, labels), _summary(runs, labels),
                  _verdicts(runs, labels),
-                 _plots(runs, labels, colors), _server_vs_client(runs, labels),
+                 _plots(runs, labels, colors), _server_vs_client(runs, labels), _targets(runs, labels),
                  _flags_and_machine(runs, labels), _also_in_the_files(runs, labels)]
     return page("loadgen report: " + ", ".join(labels), parts)
 
@@ -271,6 +272,19 @@ def _server_vs_client(runs: list[dict], labels: list[str]) -> Html:
     if not out:
         return Html("")
     return join([Html("<h2>Server vs client</h2>"), *out], "\n")
+
+
+def _targets(runs: list[dict], labels: list[str]) -> Html:
+    """Each run's scraped targets: their mapped figures, series kept, the cap when hit, and energy
+    per output token (as the terminal table prints them)."""
+    out = []
+    for run, label in zip(runs, labels, strict=True):
+        rows = figure_lines(_dict(run.get("server_metrics")), _dict(run.get("summary")))
+        if rows:
+            out.append(join([tag("<h3>{}</h3>", label), table(["figure", "value"], [list(r) for r in rows])]))
+    if not out:
+        return Html("")
+    return join([Html("<h2>Server metrics: every target</h2>"), *out], "\n")
 
 
 def _count(value) -> str:

@@ -174,6 +174,12 @@ def test_a_run_scrapes_the_server_and_a_dcgm_exporter_beside_it(start_server, ex
     assert (gpu["run"]["mean_gpu_util"], gpu["run"]["max_memory_used_mib"]) == (40, 61234 + 60876)
     energy = data["summary"]["energy"]
     assert energy["energy_per_output_token_j"] == pytest.approx(gpu["run"]["energy_j"] / 96)
+    # the report page shows each target's figures and the energy per output token
+    page = tmp_path / "r.html"
+    assert main(["report", str(out), "--output", str(page)]) == 0
+    text = page.read_text()
+    assert "Server metrics: every target" in text and f"server metrics 2</td><td class='num'>{exporter}: dcgm" in text
+    assert f"{energy['energy_per_output_token_j']:,.4f} J" in text
 
 
 def test_a_target_past_the_series_cap_keeps_the_cap_and_counts_the_rest(start_hostile_metrics):
