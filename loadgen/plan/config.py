@@ -44,8 +44,7 @@ STREAMS_PER_AUTO_WORKER = 512
 #: --server-metrics-interval: scrapes more often than this cost the client's CPU, rarer ones see
 #: too little of a run; past 1 h the interval would overflow the thread's wait.
 SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
-#: Series kept per scraped target (`--server-metrics-max-series`): vLLM's own exposition,
-#: histogram buckets included, is about 1,000 series per engine.
+#: Series kept per scraped target (`--server-metrics-max-series`), the rest counted.
 DEFAULT_MAX_SERIES = 2000
 
 
