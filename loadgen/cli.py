@@ -92,6 +92,8 @@ def _compare(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
     p.add_argument("--confidence", type=at.float_between(0.5, 0.9999), default=CONFIDENCE,
                    help="the intervals' joint confidence over the headline metrics (default 0.95)")
+    p.add_argument("--output", type=at.writable_path, default=None, metavar="PATH",
+                   help="write the differences and their intervals as JSON")
     p.add_argument("--significant-only", action="store_true",
                    help="--fail-on fails only where the difference's 95%% interval leaves out 0")
     p.epilog = "exit codes: 0 done (every --fail-on bound held); 1 a --fail-on bound was passed; 2 bad input."
@@ -104,6 +106,9 @@ def _compare(argv: list[str]) -> int:
         if len(args.paths) > 1 or args.records:
             noise, notes = differences(args.paths, args.records, args.seed, args.confidence)
             print_differences(noise, notes, os.path.basename(args.paths[0]))
+            if args.output:
+                write_json(args.output, {"base": args.paths[0], "seed": args.seed, "confidence": args.confidence,
+                                         "differences": noise, "notes": notes})
         checks = check_bounds(args.paths, args.fail_on, noise if args.significant_only else None)
     except ValueError as exc:
         print(f"loadgen compare: {exc}", file=sys.stderr)

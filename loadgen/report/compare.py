@@ -141,7 +141,13 @@ def differences(paths: list[str], records: list[str] | None = None, seed: int = 
     one per run in order, else each run's own `records_file`), and a note per run without records.
     ValueError for a bad records file."""
     pairs = [(path, name, run) for path in paths for name, run in load_runs(path, plots=False)]
-    if pairs[0][2].get("kind") == "sweep":
+    return differences_of(pairs, records, seed, confidence)
+
+
+def differences_of(pairs: list[tuple[str, str, dict]], records: list[str] | None = None, seed: int = 0,
+                   confidence: float = CONFIDENCE) -> tuple[dict[str, dict[str, dict]], list[str]]:
+    """`differences` of loaded runs, each `(path of its file, name, run)`."""
+    if not pairs or pairs[0][2].get("kind") == "sweep":
         return {}, []
     if records is not None and len(records) != len(pairs):
         raise ValueError(f"--records given {len(records)} times for {len(pairs)} runs")

@@ -104,3 +104,12 @@ def test_two_different_loads_differ_significantly_and_fail_the_gate(start_server
     assert rc2 == 0 and [ln for ln in out2.splitlines() if ln.startswith("│ b.json")] == \
         [ln for ln in out.splitlines() if ln.startswith("│ b.json")]
     assert json.loads((tmp_path / "b.json").read_text())["records_file"].endswith("b.jsonl")
+    # the same differences as JSON, and on the report page
+    assert main(["compare", a, b, "--seed", "3", "--output", str(tmp_path / "d.json")]) == 0
+    saved = json.loads((tmp_path / "d.json").read_text())["differences"]["b.json"]
+    assert saved["mean_ttft_ms"]["significant"] and set(saved) == set(HEADLINE)
+    page = tmp_path / "r.html"
+    assert main(["report", a, b, "--output", str(page)]) == 0
+    text = page.read_text()
+    assert "Differences to the first run" in text
+    assert "<td>b.json</td><td class='num'>mean_ttft_ms</td>" in text
