@@ -130,7 +130,7 @@ async def _endless(writer) -> None:
 async def _many(writer, name: bytes, num: int = NUM_MANY, first: bytes = b"") -> None:
     lines = (b"".join(b'%s{series="%d"} 1\n' % (name, i) for i in range(start, start + 1000))
              for start in range(0, num, 1000))
-    await _chunked(writer, itertools.chain([first], lines))
+    await _chunked(writer, itertools.chain([first] if first else [], lines))  # NOTE: an empty chunk ends a body
 
 
 async def _wide(writer) -> None:
