@@ -82,6 +82,7 @@ def _is_counter(family_type: str, name: str, labels: dict) -> bool:
 
 
 _ANY_SAMPLE = re.compile(rb"^[^#\s].*$", re.MULTILINE)
+_SAMPLE_START = re.compile(rb"^[^#\s]", re.MULTILINE)  # NOTE: counts sample lines, keeps 1 byte each
 _SAMPLE_OR_TYPE = re.compile(rb"^(?:# TYPE .*|[^#\s].*)$", re.MULTILINE)
 
 
@@ -136,9 +137,10 @@ class SampleLines:
             raise ScrapeError(f"more than {MAX_SAMPLES:,} samples{self._which}")
         if not self._max_series:
             self._lines += kept
-        elif self._num_others >= self._max_series and self._num_types >= self._max_series:
+        elif self._num_others >= self._max_series:
+            # NOTE: past the cap, C-speed regexes only (a `# TYPE` line is no longer kept)
             self._lines += kept
-            self.num_dropped += len(_ANY_SAMPLE.findall(lines)) - len(kept)
+            self.num_dropped += len(_SAMPLE_START.findall(lines)) - len(kept)
         else:
             self._keep_in_order(lines, set(kept))
 
