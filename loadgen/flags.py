@@ -40,7 +40,8 @@ MIN_DEFAULT_RESPONSE_BYTES = 4 << 20
 USAGE_EPILOG = """\
 subcommands:
   loadgen compare A.json B.json ...   print saved runs side by side, with ratios (loadgen's --output
-                                      files, vllm bench serve --save-result, SGLang --output-file)
+                                      files, vllm bench serve --save-result, SGLang --output-file),
+                                      and bootstrap intervals of the differences (runs with --records)
   loadgen report A.json ... --output report.html
                                       one self-contained HTML page of saved runs, with plots
   loadgen sweep --concurrency 1,8,64 [--repeats N] [--slo ...] [run flags]

@@ -88,7 +88,8 @@ def _take(row: dict, ttft: list, tpot: list, e2e: list, itl: list) -> None:
         return
     if (e := _num(row.get("e2e_latency_ms"))) is not None:
         e2e.append(e)
-    chunks = [c for c in row.get("chunk_ms") or [] if _num(c) is not None] if isinstance(row.get("chunk_ms"), list) else []
+    listed = row.get("chunk_ms")
+    chunks = [c for c in listed if _num(c) is not None] if isinstance(listed, list) else []
     if (t := _num(row.get("ttft_ms"))) is not None:
         ttft.append(t)
         first, out = _num(row.get("first_token_ms")), _num(row.get("output_tokens"))

@@ -108,6 +108,10 @@ def test_two_different_loads_differ_significantly_and_fail_the_gate(start_server
     assert main(["compare", a, b, "--seed", "3", "--output", str(tmp_path / "d.json")]) == 0
     saved = json.loads((tmp_path / "d.json").read_text())["differences"]["b.json"]
     assert saved["mean_ttft_ms"]["significant"] and set(saved) == set(HEADLINE)
+    # each figure from the records is the summary's own (same samples, same statistic)
+    runs = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in ("a", "b")}
+    for metric, d in saved.items():
+        assert (d["a"], d["b"]) == (pytest.approx(runs["a"][metric]), pytest.approx(runs["b"][metric])), metric
     page = tmp_path / "r.html"
     assert main(["report", a, b, "--output", str(page)]) == 0
     text = page.read_text()

@@ -19,7 +19,7 @@ from loadgen.cli import main
 from loadgen.measure.all_series import AllSeries, series_key
 from loadgen.measure.prometheus import Deadline, SampleLines, fetch, parse
 from loadgen.measure.server_metrics import _deltas, dialect, read_series, wanted_names
-from loadgen.measure.targets import energy_per_token
+from loadgen.measure.targets import energy_per_token, figure_lines
 from loadgen.selftest.hostile_metrics import NUM_WIDE
 
 DCGM = (Path(__file__).parent / "fixtures" / "exporters" / "dcgm_exporter.txt").read_text()
@@ -212,3 +212,20 @@ def test_a_run_says_in_one_line_where_the_cap_was_hit(start_hostile_metrics, tmp
     assert [" ".join(ln.split()) for ln in proc.stdout.splitlines() if "series cap" in ln] == [
         f"series cap {url}/metrics: series cap 100 hit, "
         f"{sm['all_series']['num_dropped']:,} series not kept (--server-metrics-max-series)"]
+
+
+def test_the_rows_the_table_and_the_page_show():
+    block = {"status": "ok", "url": "http://s/metrics", "dialect": "vllm",
+             "run": {"prefix_cache_hit_rate": 0.75, "spec_acceptance_rate": 0.5},
+             "all_series": {"max_series": 2000, "num_series": 120, "num_dropped": 0},
+             "others": [{"status": "unavailable: HTTP 404", "url": "http://g/metrics"},
+                        {"status": "ok", "url": "http://h/metrics", "dialect": "sglang", "scrapes": 5,
+                         "failed_scrapes": 1, "last_failure": "HTTP 500", "run": {"mean_cache_hit_rate": 0.25},
+                         "all_series": {"max_series": 10, "num_series": 10, "num_dropped": 4}}]}
+    assert figure_lines(block, {}) == [
+        ("  prefix-cache hit rate", "75.0%"), ("  spec-decode acceptance", "50.0%"),
+        ("  series kept", "120 (cap 2,000)"),
+        ("server metrics 2", "http://g/metrics: unavailable: HTTP 404"),
+        ("server metrics 3", "http://h/metrics: sglang, 5 scrapes, 1 failed (last: HTTP 500)"),
+        ("  cache hit rate (mean)", "25.0%"), ("  series kept", "10 (cap 10)"),
+        ("  series cap", "http://h/metrics: series cap 10 hit, 4 series not kept (--server-metrics-max-series)")]
