@@ -20,6 +20,7 @@ from loadgen.measure.all_series import AllSeries, series_key
 from loadgen.measure.prometheus import Deadline, SampleLines, fetch, parse
 from loadgen.measure.server_metrics import _deltas, dialect, read_series, wanted_names
 from loadgen.measure.targets import energy_per_token, figure_lines
+from loadgen.plan.config import DEFAULT_MAX_SERIES
 from loadgen.selftest.hostile_metrics import NUM_WIDE
 
 DCGM = (Path(__file__).parent / "fixtures" / "exporters" / "dcgm_exporter.txt").read_text()
@@ -229,3 +230,15 @@ def test_the_rows_the_table_and_the_page_show():
         ("server metrics 3", "http://h/metrics: sglang, 5 scrapes, 1 failed (last: HTTP 500)"),
         ("  cache hit rate (mean)", "25.0%"), ("  series kept", "10 (cap 10)"),
         ("  series cap", "http://h/metrics: series cap 10 hit, 4 series not kept (--server-metrics-max-series)")]
+
+
+def test_vllms_own_exposition_maps_and_fits_under_the_default_cap():
+    # Scraped from vLLM 0.32.0's CPU build (../shared/peers/vllm-cpu, --enable-prefix-caching) at start.
+    text = (Path(__file__).parent / "fixtures" / "exporters" / "vllm_0.32.0_cpu.txt").read_text()
+    m = parse(text)
+    assert dialect(m) == "vllm" and len(m) < DEFAULT_MAX_SERIES
+    s = read_series(m, "vllm")
+    assert all(s[name] == 0 for name in ("running", "waiting", "kv_usage", "generation_tokens",
+                                         "prefix_cache_hits", "prefix_cache_queries"))
+    assert {"vllm:prefix_cache_hits_total", "vllm:generation_tokens_total"} <= m.counters
+    assert "vllm:prefix_cache_hits_created" not in m.counters
