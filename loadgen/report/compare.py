@@ -18,6 +18,7 @@ from loadgen.report.noise import (
     HEADLINE,
     NUM_RESAMPLES,
     difference,
+    lists_samples,
     metric_level,
     read_records,
     records_path,
@@ -153,18 +154,17 @@ def differences_of(pairs: list[tuple[str, str, dict]], records: list[str] | None
         raise ValueError(f"--records given {len(records)} times for {len(pairs)} runs")
     files = records or [records_path(run, path) for path, _, run in pairs]
     names = [name for _, name, _ in pairs]
-    notes = [f"{name}: no per-request records (run it with --records PATH, or give compare --records): "
-             "no intervals" for name, file in zip(names, files, strict=True) if file is None]
-    if files[0] is None or len(pairs) < 2:
+    samples = [read_records(file) if file else lists_samples(run) for file, (_, _, run) in zip(files, pairs, strict=True)]
+    notes = [f"{name}: no per-request samples (run it with --records PATH or --save-detailed, or give compare "
+             "--records): no intervals" for name, got in zip(names, samples, strict=True) if got is None]
+    if samples[0] is None:
         return {}, notes
-    base = read_records(files[0])
+    level = metric_level(confidence)
     out = {}
-    for name, file in zip(names[1:], files[1:], strict=True):
-        if file is not None:
-            samples = read_records(file)
-            level = metric_level(confidence)
+    for name, got in zip(names[1:], samples[1:], strict=True):
+        if got is not None:
             out[name] = {m: d for m in HEADLINE
-                         if (d := difference(base, samples, m, seed, NUM_RESAMPLES, level)) is not None}
+                         if (d := difference(samples[0], got, m, seed, NUM_RESAMPLES, level)) is not None}
     return out, notes
 
 

@@ -293,12 +293,14 @@ def _differences(runs: list[dict], labels: list[str]) -> Html:
     """Each later run's headline differences to the first with their bootstrap intervals (as
     `compare` prints them), where the runs' records files are there."""
     pairs = [("", label, run) for label, run in zip(labels, runs, strict=True)]
-    if len(runs) < 2 or not any(run.get("records_file") for run in runs):
+    if len(runs) < 2:
         return Html("")
     try:
         noise, notes = differences_of(pairs)
     except ValueError as exc:
         notes, noise = [str(exc)], {}
+    if not noise:
+        return Html("")
     rows = [[name, metric, _cell(d["a"]), _cell(d["b"]), f"{d['diff']:+,.2f}",
              f"[{d['low']:+,.2f}, {d['high']:+,.2f}]", "*" if d["significant"] else ""]
             for name, diffs in noise.items() for metric, d in diffs.items()]

@@ -5,7 +5,8 @@ significant (the interval leaves out 0). The intervals are simultaneous: togethe
 in 95% of comparisons, not in 0.95^m of them (60% for m = 10).
 
 The samples are the runs' `--records` files (one JSON line per request; the results JSON keeps
-summaries, not samples): each run's own `records_file`, or the files given to `compare --records`. Requests are resampled, each run apart: a mean by drawing request indices (at most
+summaries, not samples): each run's own `records_file`, or the files given to `compare --records`;
+else a file's own per-request lists (`--save-detailed`: loadgen's and vLLM's, SGLang's). Requests are resampled, each run apart: a mean by drawing request indices (at most
 `MAX_DRAWS` draws per metric and run, so a huge run gets fewer resamples, never more time), a
 percentile from its order statistic's exact bootstrap law (the k-th smallest of n uniform draws is
 Beta(k, n - k + 1)-distributed), so its cost does not grow with the run.
@@ -97,6 +98,37 @@ def _take(row: dict, ttft: list, tpot: list, e2e: list, itl: list) -> None:
             tpot.append((chunks[-1] - first) / (out - 1))
     if len(chunks) > 1:
         itl.append((chunks[-1] - chunks[0], len(chunks) - 1))
+
+
+def lists_samples(run: dict) -> Samples | None:
+    """The samples of a file's per-request lists, in seconds (`ttfts`, `itls`, `latencies`,
+    `output_lens`, `errors`: vLLM's `--save-detailed`, loadgen's, SGLang's; a peer's sit in
+    `provenance.also`); None without `ttfts`. E2E only where `latencies` is there."""
+    held = run if isinstance(run.get("ttfts"), list) else (run.get("provenance") or {}).get("also") or {}
+    ttfts = held.get("ttfts")
+    if not isinstance(ttfts, list):
+        return None
+    n = len(ttfts)
+    errors, itls, lat, lens = (_listed(held.get(k), n) for k in ("errors", "itls", "latencies", "output_lens"))
+    ttft, tpot, e2e, itl = [], [], [], []
+    for i in range(n):
+        if errors[i]:
+            continue
+        if (t := _num(ttfts[i])) is not None:
+            ttft.append(t * 1e3)
+        if (e := _num(lat[i])) is not None:
+            e2e.append(e * 1e3)
+        gaps = [g for g in itls[i] if _num(g) is not None] if isinstance(itls[i], list) else []
+        if gaps:
+            itl.append((sum(gaps) * 1e3, len(gaps)))
+            if (out := _num(lens[i])) is not None and out > 1:
+                tpot.append(sum(gaps) * 1e3 / (out - 1))
+    return Samples(np.array(ttft, float), np.array(tpot, float), np.array(e2e, float),
+                   np.array(itl, float).reshape(-1, 2))
+
+
+def _listed(value, n: int) -> list:
+    return value if isinstance(value, list) and len(value) == n else [None] * n
 
 
 def _statistic(samples: Samples, sample: str, stat) -> float | None:

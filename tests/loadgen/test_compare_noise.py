@@ -6,12 +6,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from loadgen.cli import main
-from loadgen.report.noise import HEADLINE, Samples, _replicates, difference, read_records
+from loadgen.report.noise import (
+    HEADLINE,
+    Samples,
+    _replicates,
+    difference,
+    lists_samples,
+    read_records,
+)
 
 
 def _samples(rng: np.random.Generator, n: int, scale: float = 1.0) -> Samples:
@@ -117,3 +125,20 @@ def test_two_different_loads_differ_significantly_and_fail_the_gate(start_server
     text = page.read_text()
     assert "Differences to the first run" in text
     assert "<td>b.json</td><td class='num'>mean_ttft_ms</td>" in text
+
+
+def test_a_files_own_per_request_lists_give_intervals_too(capsys):
+    # vLLM's --save-detailed file: its ttfts, itls, latencies and output_lens, compared with itself.
+    vllm = str(Path(__file__).parent / "peer_files" / "vllm_0.32.0_detailed.json")
+    rc, out = _compare(capsys, vllm, vllm, "--output", "/dev/null")
+    assert rc == 0
+    rows = [ln for ln in out.splitlines() if ln.startswith("│ vllm_0.32.0_detailed.json")]
+    assert len(rows) == len(HEADLINE) and "no per-request samples" not in out
+    data = json.loads(Path(vllm).read_text())
+    samples = lists_samples(data)
+    # the figures the lists give are the file's own
+    assert samples.ttft.mean() == pytest.approx(data["mean_ttft_ms"])
+    assert samples.tpot.mean() == pytest.approx(data["mean_tpot_ms"])
+    assert samples.e2e.mean() == pytest.approx(data["mean_e2el_ms"])
+    same = difference(samples, samples, "p99_ttft_ms")
+    assert same["diff"] == 0 and not same["significant"]
