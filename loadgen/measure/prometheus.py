@@ -82,6 +82,7 @@ def _is_counter(family_type: str, name: str, labels: dict) -> bool:
 
 
 _ANY_SAMPLE = re.compile(rb"^[^#\s].*$", re.MULTILINE)
+_NO_LINE = re.compile(rb"(?!)")
 _SAMPLE_START = re.compile(rb"^[^#\s]", re.MULTILINE)  # NOTE: counts sample lines, keeps 1 byte each
 _SAMPLE_OR_TYPE = re.compile(rb"^(?:# TYPE .*|[^#\s].*)$", re.MULTILINE)
 
@@ -90,6 +91,8 @@ _SAMPLE_OR_TYPE = re.compile(rb"^(?:# TYPE .*|[^#\s].*)$", re.MULTILINE)
 def _sample_pattern(names: frozenset[str] | None) -> re.Pattern[bytes]:
     if names is None:
         return _ANY_SAMPLE
+    if not names:
+        return _NO_LINE
     alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
     return re.compile(rb"^(?:" + alternatives + rb")[{ \t].*$", re.MULTILINE)
 
