@@ -275,15 +275,17 @@ class Scraper:
         """The newest scrape's series (for the live view), or None."""
         return self.scrapes[-1][1] if self.scrapes else None
 
-    def stop(self, t0_ns: int) -> dict:
-        """End the thread (its scrape in flight is cut), scrape a last time, and build the block
-        (times in s from `t0_ns`). It returns within THREAD_JOIN_S and one deadline whatever the
-        target does; a Ctrl-C here skips what is left of it (`is_interrupted`)."""
+    def stop(self, t0_ns: int, is_last_scrape: bool = True) -> dict:
+        """End the thread (its scrape in flight is cut), scrape a last time (unless not
+        `is_last_scrape`), and build the block (times in s from `t0_ns`). It returns within
+        THREAD_JOIN_S and one deadline whatever the target does; a Ctrl-C here skips what is left
+        of it (`is_interrupted`)."""
         try:
             if self._thread is not None:
                 self.halt()
                 self._thread.join(THREAD_JOIN_S)
-                self._try(is_final=True)
+                if is_last_scrape:
+                    self._try(is_final=True)
         except KeyboardInterrupt:
             self.is_interrupted = True
         finally:

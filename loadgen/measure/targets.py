@@ -45,9 +45,7 @@ class Scrapers:
         others' blocks in `others` (after a Ctrl-C the rest keep what they had, without a last scrape)."""
         for scraper in self.scrapers:
             scraper.halt()
-        blocks = []
-        for scraper in self.scrapers:
-            blocks.append(scraper.block(t0_ns) if self.is_interrupted else scraper.stop(t0_ns))
+        blocks = [scraper.stop(t0_ns, not self.is_interrupted) for scraper in self.scrapers]
         first = blocks[0]
         if len(blocks) > 1:
             first["others"] = blocks[1:]
