@@ -127,6 +127,8 @@ def result_json(plan: RunPlan, result: RunResult, command: str | None = None) ->
                        detailed=plan.args.save_detailed, metadata=dict(plan.args.metadata),
                        label=plan.args.label, command=command)
     data["flags"] = _recorded(plan.flags)
+    # issue 32: where this run's per-request records went (`compare` reads them for its intervals)
+    data["records_file"] = plan.args.records
     return data
 
 

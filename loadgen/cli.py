@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from rich.console import Console
@@ -27,8 +28,9 @@ from loadgen.flags import (
 )
 from loadgen.measure.workload import command_line
 from loadgen.plan.config import RunConfig
-from loadgen.report.compare import check_bounds, compare
+from loadgen.report.compare import check_bounds, compare, differences, print_differences
 from loadgen.report.live import LivePanel
+from loadgen.report.noise import CONFIDENCE
 from loadgen.report.results import write_json
 from loadgen.report.runfile import load_files
 from loadgen.report.sweep_tables import print_sweep_table
@@ -90,13 +92,31 @@ def _compare(argv: list[str]) -> int:
     p.add_argument("--fail-on", type=at.bound, action="append", default=[], metavar="METRIC=+N%",
                    help="a baseline gate: exit 1 when a run's METRIC (a results JSON key) moved past N%% "
                    "of the first run's: +N%% a rise (latency), -N%% a fall (throughput); repeatable")
+    # issue 32: compare with noise (bootstrap intervals from the per-request records)
+    p.add_argument("--records", action="append", default=None, metavar="RECORDS.jsonl",
+                   help="a run's --records file, once per run in order (default: the file each run's "
+                   "flags name, if it is there)")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
+    p.add_argument("--confidence", type=at.float_between(0.5, 0.9999), default=CONFIDENCE,
+                   help="the intervals' joint confidence over the headline metrics (default 0.95)")
+    p.add_argument("--output", type=at.writable_path, default=None, metavar="PATH",
+                   help="write the differences and their intervals as JSON")
+    p.add_argument("--significant-only", action="store_true",
+                   help="--fail-on fails only where the difference's 95%% interval leaves out 0")
     p.epilog = "exit codes: 0 done (every --fail-on bound held); 1 a --fail-on bound was passed; 2 bad input."
     args = p.parse_args(argv)
     if args.fail_on and len(args.paths) < 2:
         p.error("--fail-on needs the baseline and at least one run")
     try:
         compare(args.paths)
-        checks = check_bounds(args.paths, args.fail_on)
+        noise: dict = {}
+        if len(args.paths) > 1 or args.records:
+            noise, notes = differences(args.paths, args.records, args.seed, args.confidence)
+            print_differences(noise, notes, os.path.basename(args.paths[0]))
+            if args.output:
+                write_json(args.output, {"base": args.paths[0], "seed": args.seed, "confidence": args.confidence,
+                                         "differences": noise, "notes": notes})
+        checks = check_bounds(args.paths, args.fail_on, noise if args.significant_only else None)
     except ValueError as exc:
         print(f"loadgen compare: {exc}", file=sys.stderr)
         return 2

@@ -41,7 +41,8 @@ MIN_DEFAULT_RESPONSE_BYTES = 4 << 20
 USAGE_EPILOG = """\
 subcommands:
   loadgen compare A.json B.json ...   print saved runs side by side, with ratios (loadgen's --output
-                                      files, vllm bench serve --save-result, SGLang --output-file)
+                                      files, vllm bench serve --save-result, SGLang --output-file),
+                                      and bootstrap intervals of the differences (runs with --records)
   loadgen report A.json ... --output report.html
                                       one self-contained HTML page of saved runs, with plots
   loadgen sweep --concurrency 1,8,64 [--repeats N] [--slo ...] [run flags]
@@ -145,10 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
       help="ask for usage in every chunk (stream_options.continuous_usage_stats; vLLM, SGLang)")
     a("--no-server-metrics", action="store_true",
       help="do not scrape the server's Prometheus /metrics during the run")
-    a("--server-metrics-url", type=at.base_url, default=None,
-      help="where the server's Prometheus metrics are (default: BASE_URL/metrics)")
     a("--server-metrics-interval", type=at.float_between(*SERVER_METRICS_INTERVAL_RANGE_S),
       default=_RC.server_metrics_interval_s, help="seconds between scrapes, 0.05 to 3600 (default 1)")
+    # issue 32: server metrics from any server (several targets, every series up to a cap)
+    a("--server-metrics-url", type=at.base_url, action="append", default=[],
+      help="a Prometheus target to scrape (default: BASE_URL/metrics); repeatable, e.g. the server's "
+      "and a dcgm-exporter's (GPU utilisation, memory, power, energy per output token)")
+    a("--server-metrics-max-series", type=at.int_at_least(1), default=_RC.server_metrics_max_series,
+      help=f"series kept per target, the rest counted (default {_RC.server_metrics_max_series:,})")
     a("--itl-sketch", action="store_true",
       help="ITL percentiles from a log histogram within 1%% (mean and max stay exact); automatic past "
       "20M ITL samples, where the exact lists would hold about 1.3 GiB")
@@ -361,7 +366,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, DatasetConfig
         request_id_prefix=args.request_id_prefix, server_timing=not args.no_server_timing, insecure=args.insecure, ca_cert=args.ca_cert,
         ramp_up_s=args.ramp_up, ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
         ramp_up_end_rps=args.ramp_up_end_rps, continuous_usage=args.continuous_usage,
-        server_metrics=not args.no_server_metrics, server_metrics_url=args.server_metrics_url,
+        server_metrics=not args.no_server_metrics, server_metrics_urls=tuple(args.server_metrics_url),
+        server_metrics_max_series=args.server_metrics_max_series,
         server_metrics_interval_s=args.server_metrics_interval, timeline_interval_s=args.timeline_interval,
         replay_trace=replay, trace_speedup=args.trace_speedup,
         itl_sketch=args.itl_sketch, token_event_rule=args.token_events or args.flags_from or "loadgen",

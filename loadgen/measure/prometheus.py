@@ -30,8 +30,11 @@ class ScrapeError(ValueError):
 class Metrics:
     """The samples of one ``/metrics`` scrape: ``value(name, **labels)`` and ``total(name, ...)``."""
 
-    def __init__(self, samples: dict[tuple[str, Labels], float]):
+    def __init__(self, samples: dict[tuple[str, Labels], float], counters: frozenset[str] = frozenset(),
+                 num_dropped: int = 0):
         self.samples = samples
+        self.counters = counters  # NOTE: sample names that only grow (counters, histogram parts)
+        self.num_dropped = num_dropped  # series past the scrape's cap, not kept
 
     def value(self, name: str, default: float = 0.0, **labels: str) -> float:
         """The sample with exactly these labels, else ``default``."""
@@ -53,35 +56,64 @@ class Metrics:
         return len(self.samples)
 
 
-def parse(text: str) -> Metrics:
-    """Prometheus text exposition → ``Metrics`` (counter samples keep their ``_total`` name)."""
-    samples = {}
+#: Family types whose samples only grow (a histogram's and a summary's `_sum`, `_count`, `_bucket`).
+_CUMULATIVE_TYPES = frozenset({"counter", "histogram", "summary"})
+_CUMULATIVE_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+
+
+def parse(text: str, num_dropped: int = 0) -> Metrics:
+    """Prometheus text exposition → ``Metrics`` (counter samples keep, or get, their ``_total``
+    name); a sample is a counter where its `# TYPE` says so, else where its name ends as one does."""
+    samples, counters = {}, set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = float(sample.value)
-    return Metrics(samples)
+            if _is_counter(family.type, sample.name, sample.labels):
+                counters.add(sample.name)
+    return Metrics(samples, frozenset(counters), num_dropped)
+
+
+def _is_counter(family_type: str, name: str, labels: dict) -> bool:
+    if name.endswith("_created") or "quantile" in labels:
+        return False
+    if family_type in _CUMULATIVE_TYPES:
+        return True
+    return family_type in ("unknown", "untyped") and name.endswith(_CUMULATIVE_SUFFIXES)
+
+
+_ANY_SAMPLE = re.compile(rb"^[^#\s].*$", re.MULTILINE)
+_NO_LINE = re.compile(rb"(?!)")
+_SAMPLE_START = re.compile(rb"^[^#\s]", re.MULTILINE)  # NOTE: counts sample lines, keeps 1 byte each
+_SAMPLE_OR_TYPE = re.compile(rb"^(?:# TYPE .*|[^#\s].*)$", re.MULTILINE)
 
 
 @functools.lru_cache(maxsize=16)
 def _sample_pattern(names: frozenset[str] | None) -> re.Pattern[bytes]:
     if names is None:
-        return re.compile(rb"^[^#\s].*$", re.MULTILINE)
+        return _ANY_SAMPLE
+    if not names:
+        return _NO_LINE
     alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
     return re.compile(rb"^(?:" + alternatives + rb")[{ \t].*$", re.MULTILINE)
 
 
 class SampleLines:
-    """The sample lines of `names` (every sample line when None) from a body read in pieces.
+    """The sample lines of `names` (every sample line when None) from a body read in pieces, and
+    with `max_series` also the first `max_series` lines of other names (and the `# TYPE` lines),
+    the rest of them counted in `num_dropped`.
 
     Comments and other names are dropped as the pieces arrive, so memory holds what is kept;
-    ScrapeError past `MAX_BYTES` of body or `MAX_SAMPLES` kept lines."""
+    ScrapeError past `MAX_BYTES` of body or `MAX_SAMPLES` kept lines of `names`."""
 
-    def __init__(self, names: frozenset[str] | None = None) -> None:
+    def __init__(self, names: frozenset[str] | None = None, max_series: int | None = None) -> None:
         self._pattern = _sample_pattern(names)
         self._which = "" if names is None else " of the names read"
-        self._kept: list[bytes] = []
+        self._lines: list[bytes] = []  # NOTE: kept lines of `names`, and at most max_series others
+        self._num_kept = self._num_others = self._num_types = 0
+        self._max_series = 0 if names is None else max_series or 0
         self._tail: list[bytes] = []  # the last line so far, not yet ended
         self.num_bytes = 0
+        self.num_dropped = 0
 
     def feed(self, piece: bytes) -> None:
         """Take the next piece of the body."""
@@ -99,12 +131,36 @@ class SampleLines:
         """The kept lines, once the body has ended."""
         self._keep(b"".join(self._tail))
         self._tail = []
-        return b"\n".join(self._kept).decode("utf-8", "replace") + "\n"
+        return b"\n".join(self._lines).decode("utf-8", "replace") + "\n"
 
     def _keep(self, lines: bytes) -> None:
-        self._kept += self._pattern.findall(lines)
-        if len(self._kept) > MAX_SAMPLES:
+        kept = self._pattern.findall(lines)
+        self._num_kept += len(kept)
+        if self._num_kept > MAX_SAMPLES:
             raise ScrapeError(f"more than {MAX_SAMPLES:,} samples{self._which}")
+        if not self._max_series:
+            self._lines += kept
+        elif self._num_others >= self._max_series:
+            # NOTE: past the cap, C-speed regexes only (a `# TYPE` line is no longer kept)
+            self._lines += kept
+            self.num_dropped += len(_SAMPLE_START.findall(lines)) - len(kept)
+        else:
+            self._keep_in_order(lines, set(kept))
+
+    def _keep_in_order(self, lines: bytes, wanted: set[bytes]) -> None:
+        # NOTE: in the body's order, so that a `# TYPE` line stays before its family's samples.
+        for line in _SAMPLE_OR_TYPE.findall(lines):
+            if line in wanted:
+                self._lines.append(line)
+            elif line.startswith(b"#"):
+                if self._num_types < self._max_series:
+                    self._lines.append(line)
+                    self._num_types += 1
+            elif self._num_others < self._max_series:
+                self._lines.append(line)
+                self._num_others += 1
+            else:
+                self.num_dropped += 1
 
 
 class Deadline:
@@ -155,12 +211,14 @@ class Deadline:
             pass  # already closed by the peer
 
 
-def fetch(client: httpx.Client, url: str, deadline: Deadline, names: frozenset[str] | None = None) -> Metrics:
-    """GET `url` and parse its sample lines of `names` (all with None), within the bounds of
-    `SampleLines` and `deadline`; ScrapeError past a bound, httpx.HTTPError for an HTTP failure.
+def fetch(client: httpx.Client, url: str, deadline: Deadline, names: frozenset[str] | None = None,
+          max_series: int | None = None) -> Metrics:
+    """GET `url` and parse its sample lines of `names` (all with None) and `max_series` others,
+    within the bounds of `SampleLines` and `deadline`; ScrapeError past a bound, httpx.HTTPError for
+    an HTTP failure.
 
     The client should not keep connections alive: the deadline finds its socket on connect."""
-    lines = SampleLines(names)
+    lines = SampleLines(names, max_series)
     try:
         with client.stream("GET", url, timeout=deadline.seconds, headers={"accept-encoding": "identity"},
                            extensions={"trace": deadline.trace}) as response:
@@ -173,7 +231,7 @@ def fetch(client: httpx.Client, url: str, deadline: Deadline, names: frozenset[s
         raise
     finally:
         deadline.close()
-    return parse(lines.text())
+    return parse(lines.text(), lines.num_dropped)
 
 
 def scrape(url: str, timeout: float = 30.0) -> Metrics:

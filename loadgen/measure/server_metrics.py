@@ -1,8 +1,10 @@
 """The server's own view during a run: its Prometheus `/metrics`, scraped by the parent process.
 
 A thread in the parent (which only waits while the workers run) scrapes every interval, from just
-before the workers start until just after they end. vLLM (`vllm:`), SGLang (`sglang:`) and the
-reference server (`reference:`) are recognised; their names map onto one set of series here.
+before the workers start until just after they end; one Scraper per `--server-metrics-url`. vLLM
+(`vllm:`), SGLang (`sglang:`), TGI (`tgi_`), the reference server (`reference:`) and NVIDIA's
+dcgm-exporter (`DCGM_FI_`) are recognised; their names map onto one set of series here. Every
+series of every target is kept besides, up to a cap (`all_series.AllSeries`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from loadgen.measure.all_series import AllSeries
 from loadgen.measure.prometheus import Deadline, Metrics, ScrapeError, fetch
+from loadgen.plan.config import DEFAULT_MAX_SERIES
 
 #: Server and client figures further apart than this fraction get a note.
 AGREEMENT_MARGIN = 0.05
@@ -26,7 +30,7 @@ MIN_DEADLINE_S, MAX_DEADLINE_S = 2.0, 5.0
 THREAD_JOIN_S = 1.0
 
 #: Series name -> the metric names each server uses for it, first match wins.
-#: Gauges are summed over label sets (ranks, engines), except `kv_usage` (a fraction: averaged).
+#: Gauges are summed over label sets (ranks, engines, GPUs), except the AVERAGED ones.
 DIALECTS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {
         "running": ("vllm:num_requests_running",),
@@ -35,6 +39,10 @@ DIALECTS: dict[str, dict[str, tuple[str, ...]]] = {
         "preemptions": ("vllm:num_preemptions_total",),
         "generation_tokens": ("vllm:generation_tokens_total",),
         "engine_steps": ("vllm:iteration_tokens_total_count",),
+        "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+        "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
     },
     "sglang": {
         "running": ("sglang:num_running_reqs",),
@@ -42,6 +50,20 @@ DIALECTS: dict[str, dict[str, tuple[str, ...]]] = {
         "kv_usage": ("sglang:token_usage",),
         "preemptions": ("sglang:num_retracted_requests_total",),  # a counter (num_retracted_reqs is a gauge)
         "generation_tokens": ("sglang:generation_tokens_total",),
+        "cache_hit_rate": ("sglang:cache_hit_rate",),
+        "spec_accept_length": ("sglang:spec_accept_length",),
+    },
+    "tgi": {
+        "running": ("tgi_batch_current_size",),
+        "waiting": ("tgi_queue_size",),
+        "generation_tokens": ("tgi_request_generated_tokens_sum",),
+    },
+    "dcgm": {
+        "gpu_util": ("DCGM_FI_DEV_GPU_UTIL",),
+        "memory_used_mib": ("DCGM_FI_DEV_FB_USED",),
+        "power_w": ("DCGM_FI_DEV_POWER_USAGE",),
+        # NOTE: a counter; the parser names it `_total` when its `# TYPE` line came with it
+        "energy_mj": ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
     },
     "reference": {
         "running": ("reference:num_running_reqs",),
@@ -60,15 +82,29 @@ HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {
                "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")},
     "reference": {"ttft": ("reference:time_to_first_token_seconds",),
                   "itl": ("reference:inter_token_latency_seconds",)},
+    # NOTE: TGI's is each request's mean time per token, so its mean is the client's mean TPOT's kin
+    "tgi": {"itl": ("tgi_request_mean_time_per_token_duration",)},
+    "dcgm": {},
 }
+#: The metric-name prefix that marks each dialect.
+PREFIXES = {"vllm": "vllm:", "sglang": "sglang:", "reference": "reference:", "tgi": "tgi_", "dcgm": "DCGM_FI_"}
 SERIES = ("running", "waiting", "kv_usage", "preemptions", "generation_tokens", "prefill_steps",
-          "decode_steps", "engine_steps")
+          "decode_steps", "engine_steps", "prefix_cache_hits", "prefix_cache_queries", "spec_accepted_tokens",
+          "spec_draft_tokens", "cache_hit_rate", "spec_accept_length", "gpu_util", "memory_used_mib",
+          "power_w", "energy_mj")
+#: Fractions and per-GPU rates: averaged over label sets, not summed.
+AVERAGED = frozenset({"kv_usage", "cache_hit_rate", "spec_accept_length", "gpu_util"})
+#: Counters whose change over the run is in `run`.
+COUNTERS = ("generation_tokens", "preemptions", "prefill_steps", "decode_steps", "engine_steps",
+            "prefix_cache_hits", "prefix_cache_queries", "spec_accepted_tokens", "spec_draft_tokens", "energy_mj")
+#: Gauges whose mean (and max) over the run's scrapes is in `run`.
+GAUGES = ("cache_hit_rate", "spec_accept_length", "gpu_util", "memory_used_mib", "power_w")
 
 
 def wanted_names(kind: str) -> frozenset[str]:
     """Every sample name the series and histogram means of `kind` read (buckets are not read)."""
-    names = {name for candidates in DIALECTS[kind].values() for name in candidates}
-    for candidates in HISTOGRAMS[kind].values():
+    names = {name for candidates in DIALECTS.get(kind, {}).values() for name in candidates}
+    for candidates in HISTOGRAMS.get(kind, {}).values():
         names |= {base + suffix for base in candidates for suffix in ("_sum", "_count")}
     return frozenset(names)
 
@@ -79,7 +115,7 @@ ALL_NAMES = frozenset().union(*(wanted_names(kind) for kind in DIALECTS))
 
 def dialect(metrics: Metrics) -> str | None:
     """Which server wrote these metrics: the dialect whose prefix most names carry."""
-    counts = {d: sum(name.startswith(d + ":") for name, _ in metrics.samples) for d in DIALECTS}
+    counts = {d: sum(name.startswith(PREFIXES[d]) for name, _ in metrics.samples) for d in DIALECTS}
     best = max(counts, key=counts.get)
     return best if counts[best] else None
 
@@ -97,7 +133,7 @@ def read_series(metrics: Metrics, kind: str) -> dict[str, float | None]:
     names = _names(metrics)
     out: dict[str, float | None] = {}
     for series in SERIES:
-        name = _first(names, DIALECTS[kind].get(series, ()))
+        name = _first(names, DIALECTS.get(kind, {}).get(series, ()))
         if name is None:
             out[series] = None
             continue
@@ -105,7 +141,7 @@ def read_series(metrics: Metrics, kind: str) -> dict[str, float | None]:
         if not values:
             out[series] = None
         else:
-            out[series] = sum(values) / len(values) if series == "kv_usage" else sum(values)
+            out[series] = sum(values) / len(values) if series in AVERAGED else sum(values)
     return out
 
 
@@ -113,7 +149,7 @@ def read_histograms(metrics: Metrics, kind: str) -> dict[str, tuple[str, float, 
     """Each known histogram as (name, sum, count) summed over label sets."""
     names = _names(metrics)
     out = {}
-    for hist, candidates in HISTOGRAMS[kind].items():
+    for hist, candidates in HISTOGRAMS.get(kind, {}).items():
         name = _first(names, candidates, "_count")
         out[hist] = None if name is None else (name, metrics.total(name + "_sum"),
                                                metrics.total(name + "_count"))
@@ -133,8 +169,9 @@ class Scraper:
     so whatever the target does, a scrape ends, the thread goes on, and `stop()` returns."""
 
     def __init__(self, url: str, interval_s: float = 1.0, headers: dict | None = None,
-                 verify: bool = True) -> None:
-        self.url, self.interval_s = url, interval_s
+                 verify: bool = True, max_series: int = DEFAULT_MAX_SERIES) -> None:
+        self.url, self.interval_s, self.max_series = url, interval_s, max_series
+        self.all_series = AllSeries(max_series)
         self.deadline_s = min(MAX_DEADLINE_S, max(MIN_DEADLINE_S, interval_s))
         # NOTE: no kept-alive connection: each scrape connects, so its deadline holds its socket.
         self.client = httpx.Client(headers=headers or {}, verify=verify,
@@ -162,11 +199,10 @@ class Scraper:
             first = self._scrape(FIRST_SCRAPE_DEADLINE_S, ALL_NAMES)
         except Exception as exc:  # NOTE: whatever the target sends, the run goes on
             return self._unavailable(_why(exc))
+        if not len(first.metrics):
+            return self._unavailable(f"{self.url} has no samples")
         self.kind = dialect(first.metrics)
-        if self.kind is None:
-            return self._unavailable(f"{self.url} has none of the vllm:, sglang: or reference: "
-                                     "metrics loadgen reads")
-        self.names = wanted_names(self.kind)
+        self.names = wanted_names(self.kind) if self.kind else frozenset()
         self.first = first
         self._keep(first)
         self.status = "ok"
@@ -197,6 +233,8 @@ class Scraper:
                 self.last_failure = _why(exc)
             self.window = "run and warm-up (the scrape after the warm-up failed)"
             return
+        with self._lock:
+            self.all_series.reset()
         self._keep(scrape)
         with self._lock:
             self.first = scrape
@@ -206,13 +244,14 @@ class Scraper:
             if self._stop.is_set() and not is_final:
                 raise _Stopped
             self._deadline = deadline = Deadline(deadline_s)
-        return _Scrape(time.perf_counter_ns(), fetch(self.client, self.url, deadline, names))
+        return _Scrape(time.perf_counter_ns(), fetch(self.client, self.url, deadline, names, self.max_series))
 
     def _keep(self, scrape: _Scrape) -> None:
         with self._lock:
             if not self._is_closed:
                 self.last = scrape
                 self.scrapes.append((scrape.t_ns, read_series(scrape.metrics, self.kind)))
+                self.all_series.add(scrape.metrics)
 
     def _try(self, is_final: bool = False) -> None:
         """One scrape, kept, or counted as failed with its reason (a scrape that stop() cut is
@@ -236,18 +275,17 @@ class Scraper:
         """The newest scrape's series (for the live view), or None."""
         return self.scrapes[-1][1] if self.scrapes else None
 
-    def stop(self, t0_ns: int) -> dict:
-        """End the thread (its scrape in flight is cut), scrape a last time, and build the block
-        (times in s from `t0_ns`). It returns within THREAD_JOIN_S and one deadline whatever the
-        target does; a Ctrl-C here skips what is left of it (`is_interrupted`)."""
+    def stop(self, t0_ns: int, is_last_scrape: bool = True) -> dict:
+        """End the thread (its scrape in flight is cut), scrape a last time (unless not
+        `is_last_scrape`), and build the block (times in s from `t0_ns`). It returns within
+        THREAD_JOIN_S and one deadline whatever the target does; a Ctrl-C here skips what is left
+        of it (`is_interrupted`)."""
         try:
             if self._thread is not None:
-                with self._lock:
-                    self._stop.set()
-                    if self._deadline is not None:
-                        self._deadline.cut()
+                self.halt()
                 self._thread.join(THREAD_JOIN_S)
-                self._try(is_final=True)
+                if is_last_scrape:
+                    self._try(is_final=True)
         except KeyboardInterrupt:
             self.is_interrupted = True
         finally:
@@ -255,6 +293,13 @@ class Scraper:
                 self._is_closed = True
             self.client.close()
         return self.block(t0_ns)
+
+    def halt(self) -> None:
+        """Tell the thread to stop and cut its scrape in flight (stop() does this first)."""
+        with self._lock:
+            self._stop.set()
+            if self._deadline is not None:
+                self._deadline.cut()
 
     def block(self, t0_ns: int) -> dict:
         """The `server_metrics` block of the results JSON."""
@@ -270,9 +315,11 @@ class Scraper:
             if any(v is not None for v in values):
                 series[name] = values
         out["series"] = series
-        out["names"] = {name: _first(_names(self.last.metrics), DIALECTS[self.kind].get(name, ()))
+        out["names"] = {name: _first(_names(self.last.metrics), DIALECTS.get(self.kind, {}).get(name, ()))
                         for name in SERIES if name in series}
-        out["run"] = _deltas(self.first.metrics, self.last.metrics, self.kind)
+        run = [s for t, s in scrapes if t >= self.first.t_ns]
+        out["run"] = {**_deltas(self.first.metrics, self.last.metrics, self.kind), **_gauge_figures(run)}
+        out["all_series"] = self.all_series.block()
         return out
 
 
@@ -292,15 +339,39 @@ def _deltas(before: Metrics, after: Metrics, kind: str) -> dict:
     """The server's own counts over the run: last scrape minus the baseline."""
     a, b = read_series(after, kind), read_series(before, kind)
     out = {}
-    for name in ("generation_tokens", "preemptions", "prefill_steps", "decode_steps", "engine_steps"):
+    for name in COUNTERS:
         if a.get(name) is not None and b.get(name) is not None:
             out[name] = a[name] - b[name]
+    out.update(_rates(out))
     ha, hb = read_histograms(after, kind), read_histograms(before, kind)
-    for hist in HISTOGRAMS[kind]:
+    for hist in HISTOGRAMS.get(kind, {}):
         if ha.get(hist) and hb.get(hist):
             count = ha[hist][2] - hb[hist][2]
             out[f"{hist}_count"] = count
             out[f"mean_{hist}_ms"] = 1e3 * (ha[hist][1] - hb[hist][1]) / count if count > 0 else None
+    return out
+
+
+def _rates(run: dict) -> dict:
+    """Prefix-cache hit rate (hits / queries) and spec-decode acceptance (accepted / draft tokens),
+    the energy in J; each where its counters moved."""
+    out = {}
+    for rate, (num, den) in {"prefix_cache_hit_rate": ("prefix_cache_hits", "prefix_cache_queries"),
+                             "spec_acceptance_rate": ("spec_accepted_tokens", "spec_draft_tokens")}.items():
+        if run.get(den):
+            out[rate] = run[num] / run[den]
+    if run.get("energy_mj") is not None:
+        out["energy_j"] = run["energy_mj"] / 1e3
+    return out
+
+
+def _gauge_figures(scrapes: list[dict]) -> dict:
+    """The mean and max over the run's scrapes of each gauge in GAUGES the target has."""
+    out = {}
+    for name in GAUGES:
+        values = [s[name] for s in scrapes if s.get(name) is not None and not math.isnan(s[name])]
+        if values:
+            out[f"mean_{name}"], out[f"max_{name}"] = sum(values) / len(values), max(values)
     return out
 
 

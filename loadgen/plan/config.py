@@ -54,6 +54,8 @@ SERVER_METRICS_INTERVAL_RANGE_S = (0.05, 3600.0)
 #: --request-rate-stages: the most requests the stages may expect (sum of rate x seconds) without
 #: --num-prompts; past it the arrival times alone would take gigabytes before the first request.
 MAX_STAGE_REQUESTS = 10_000_000
+#: Series kept per scraped target (`--server-metrics-max-series`), the rest counted.
+DEFAULT_MAX_SERIES = 2000
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,10 @@ class RunConfig:
     ramp_up_end_rps: float | None = None
     continuous_usage: bool = False
     server_metrics: bool = True
-    server_metrics_url: str | None = None
     server_metrics_interval_s: float = 1.0
+    # issue 32: server metrics from any server (several targets, every series up to a cap)
+    server_metrics_urls: tuple[str, ...] = ()
+    server_metrics_max_series: int = DEFAULT_MAX_SERIES
     timeline_interval_s: float = 1.0
     live: bool = False  # workers publish approximate TTFTs for the live panel
     replay_trace: bool = False  # send each request at its dataset timestamp (Prompt.arrival_s)
@@ -178,6 +182,8 @@ class RunConfig:
         low, high = SERVER_METRICS_INTERVAL_RANGE_S
         if not low <= self.server_metrics_interval_s <= high:
             raise ValueError(f"--server-metrics-interval must be in [{low:g}, {high:g}] s")
+        if self.server_metrics_max_series < 1:
+            raise ValueError("--server-metrics-max-series must be >= 1")
         if self.timeline_interval_s <= 0:
             raise ValueError("--timeline-interval must be > 0")
         self._check_rate_ramp()
@@ -213,9 +219,9 @@ class RunConfig:
         return not TOKEN_EVENT_RULES[self.token_event_rule][EMPTY_TEXT]
 
     @property
-    def metrics_url(self) -> str:
-        """Where the server's Prometheus metrics are scraped: --server-metrics-url, else BASE/metrics."""
-        return self.server_metrics_url or self.base_url.rstrip("/") + "/metrics"
+    def metrics_urls(self) -> tuple[str, ...]:
+        """Where Prometheus metrics are scraped: each --server-metrics-url, else BASE/metrics."""
+        return self.server_metrics_urls or (self.base_url.rstrip("/") + "/metrics",)
 
     def _check_run_side_knobs(self) -> None:
         if not 0.0 <= self.request_cancellation_rate <= 100.0:

@@ -14,8 +14,10 @@ import math
 import os
 import time
 
+from loadgen.measure.targets import figure_lines
 from loadgen.measure.timeline import STEADY_RULE
 from loadgen.report import peers, plots, workload
+from loadgen.report.compare import differences_of
 from loadgen.report.plots import SPLIT_PARTS, TEXT_ONLY, log_x, plt
 from loadgen.report.results import TABLE_ROWS, fmt
 
@@ -80,7 +82,8 @@ def render(runs: list[dict], labels: list[str]) -> str:
     with plt.rc_context(TEXT_ONLY):
         parts = [_header(runs, labels, colors), _workload(runs, labels), _summary(runs, labels),
                  _verdicts(runs, labels), _plan_knobs(runs, labels),
-                 _plots(runs, labels, colors), _server_vs_client(runs, labels),
+                 _plots(runs, labels, colors), _server_vs_client(runs, labels), _targets(runs, labels),
+                 _differences(runs, labels),
                  _flags_and_machine(runs, labels), _also_in_the_files(runs, labels)]
     return page("loadgen report: " + ", ".join(labels), parts)
 
@@ -326,6 +329,39 @@ def _server_vs_client(runs: list[dict], labels: list[str]) -> Html:
     if not out:
         return Html("")
     return join([Html("<h2>Server vs client</h2>"), *out], "\n")
+
+
+def _targets(runs: list[dict], labels: list[str]) -> Html:
+    """Each run's scraped targets: their mapped figures, series kept, the cap when hit, and energy
+    per output token (as the terminal table prints them)."""
+    out = []
+    for run, label in zip(runs, labels, strict=True):
+        rows = figure_lines(_dict(run.get("server_metrics")), _dict(run.get("summary")))
+        if rows:
+            out.append(join([tag("<h3>{}</h3>", label), table(["figure", "value"], [list(r) for r in rows])]))
+    if not out:
+        return Html("")
+    return join([Html("<h2>Server metrics: every target</h2>"), *out], "\n")
+
+
+def _differences(runs: list[dict], labels: list[str]) -> Html:
+    """Each later run's headline differences to the first with their bootstrap intervals (as
+    `compare` prints them), where the runs' records files are there."""
+    pairs = [("", label, run) for label, run in zip(labels, runs, strict=True)]
+    if len(runs) < 2:
+        return Html("")
+    try:
+        noise, notes = differences_of(pairs)
+    except ValueError as exc:
+        notes, noise = [str(exc)], {}
+    if not noise:
+        return Html("")
+    rows = [[name, metric, _cell(d["a"]), _cell(d["b"]), f"{d['diff']:+,.2f}",
+             f"[{d['low']:+,.2f}, {d['high']:+,.2f}]", "*" if d["significant"] else ""]
+            for name, diffs in noise.items() for metric, d in diffs.items()]
+    return join([Html("<h2>Differences to the first run (bootstrap intervals, * significant)</h2>"),
+                 table(["run", "metric", "first", "this", "difference", "interval", ""], rows) if rows else "",
+                 *(tag("<p class='note'>{}</p>", note) for note in notes)])
 
 
 def _count(value) -> str:

@@ -100,6 +100,9 @@ QUANTILES = {"p50": NUM, "p99": NUM}
 #: The client verdict's figures `report` shows (see measure/client_health.py).
 HEALTH_NUMBERS = ("coalesced_share", "uncertain_event_share", "ttft_exact_share", "ttft_uncertainty_p99_ms",
                   "ttft_uncertainty_max_ms", "ttft_tolerance_ms", "clock_steps", "max_clock_step_ms")
+#: One scraped target's block that `report` reads (`server_metrics` and each of its `others`).
+TARGET = {"status": STR, "url": STR, "dialect": STR, "scrapes": NUM, "failed_scrapes": NUM, "last_failure": STR,
+          "run": MapOf(Opt(NUM)), "all_series": {"max_series": NUM, "num_series": NUM, "num_dropped": NUM}}
 RUN = {
     **dict.fromkeys(NUMBER_KEYS, NUM),
     **dict.fromkeys(("label", "kind", "date", "base_url", "model_id", "backend", "transport",
@@ -122,13 +125,14 @@ RUN = {
         "server_vs_client": {"rows": [{"name": STR, "server": NUM, "client": NUM, "ratio": NUM}],
                              "margin": NUM, "notes": [STR]},
         "ttft_split": {"requests": NUM, **{f"{stat}_ms": MapOf(Opt(NUM)) for stat in ("mean", "p50", "p99")}},
+        "energy": MapOf(Opt(NUM)),
     },
     "timeline": {"interval_s": NUM, "steady_state": {"start_s": NUM, "end_s": NUM},
                  "buckets": [{"t_s": NUM, "output_tok_s": NUM, "in_flight": NUM, "ttft_ms": QUANTILES,
                               "itl_ms": QUANTILES}]},
     "cdf": MapOf([[NUM]]),
-    "server_metrics": {"status": STR, "series": {"t_s": [NUM], "running": [Opt(NUM)], "waiting": [Opt(NUM)],
-                                                 "kv_usage": [Opt(NUM)]}},
+    "server_metrics": {**TARGET, "series": {"t_s": [NUM], "running": [Opt(NUM)], "waiting": [Opt(NUM)],
+                                            "kv_usage": [Opt(NUM)]}, "others": [TARGET]},
 }
 #: vLLM 0.32.0's `--save-result` fields that `report` and `compare` read (serve.py, see peers.py).
 VLLM = {

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadgen.measure.metrics import pct_key
+from loadgen.measure.targets import figure_lines
 from loadgen.report import peers
 from loadgen.report.results import KIND_KEYS, TABLE_ROWS, fmt
 from loadgen.run.runner import RunResult
@@ -133,6 +134,7 @@ def details(result: RunResult) -> Table:
     _client_rows(table, s)
     _steady_rows(table, (result.timeline or {}).get("steady_state"))
     _server_rows(table, result.server_metrics, s.get("server_vs_client"))
+    _target_rows(table, result.server_metrics, s)
     return table
 
 
@@ -164,6 +166,12 @@ def _group_rows(table: Table, s: dict) -> None:
                           f"{fmt(row['request_throughput'])} req/s  {fmt(row['output_throughput'])} tok/s  "
                           f"TTFT (ms) p50 {fmt(row['p50_ttft_ms'])} p99 {fmt(row['p99_ttft_ms'])}  "
                           f"E2E (ms) p50 {fmt(row['p50_e2e_latency_ms'])} p99 {fmt(row['p99_e2e_latency_ms'])}")
+
+
+def _target_rows(table: Table, server: dict, s: dict) -> None:
+    """Every scraped target's mapped figures, series kept and cap, and energy per output token."""
+    for label, text in figure_lines(server, s):
+        table.add_row(label, text)
 
 
 def _reconciliation_rows(table: Table, rec: dict | None) -> None:

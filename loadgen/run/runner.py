@@ -22,7 +22,8 @@ from loadgen.measure.breakdown import run_side_figures
 from loadgen.measure.machine import load_avg_1m
 from loadgen.measure.metrics import latencies, summarize
 from loadgen.measure.records import RequestRecord, WorkerResult
-from loadgen.measure.server_metrics import Scraper, server_vs_client
+from loadgen.measure.server_metrics import server_vs_client
+from loadgen.measure.targets import Scrapers, energy_per_token
 from loadgen.measure.timeline import cdf, timeline
 from loadgen.plan.config import DatasetConfig, RayConfig, RunConfig
 from loadgen.plan.datasets import build_prompts, upstream_prompts
@@ -401,6 +402,8 @@ def _run(cfg: RunConfig, dcfg: DatasetConfig, progress, cluster) -> RunResult:
     # NOTE: with several --base-url the metrics are the first server's alone, the client's figures all servers'.
     if not cfg.base_urls and (versus := server_vs_client(server, summary)) is not None:
         summary["server_vs_client"] = versus
+    if (energy := energy_per_token(server, summary)) is not None:
+        summary["energy"] = energy
     cpu_start = time.process_time()
     tl, points = timeline(cfg, records, cfg.timeline_interval_s), cdf(cfg, records, lat)
     tl["cpu_s"] = time.process_time() - cpu_start  # the parent's CPU for the timeline and CDFs
@@ -428,14 +431,15 @@ def _wait(pool, progress, scraper) -> bool:
     return interrupted
 
 
-def start_scraper(cfg: RunConfig) -> Scraper | None:
-    """The server-metrics scraper after its baseline scrape; None with --no-server-metrics.
-    A target without usable metrics gets one line on stderr and the run goes on."""
+def start_scraper(cfg: RunConfig) -> Scrapers | None:
+    """The server-metrics scrapers (one per target) after their baseline scrapes; None with
+    --no-server-metrics. A target without usable metrics gets one line on stderr and the run goes on."""
     if not cfg.server_metrics:
         return None
-    scraper = Scraper(cfg.metrics_url, cfg.server_metrics_interval_s, cfg.headers, cfg.tls_verify)
-    status = scraper.start()
-    if status != "ok":
-        print(f"loadgen: server metrics {status}; the run goes on without them "
-              "(--no-server-metrics silences this)", file=sys.stderr)
-    return scraper
+    scrapers = Scrapers(cfg.metrics_urls, cfg.server_metrics_interval_s, cfg.headers, cfg.tls_verify,
+                        cfg.server_metrics_max_series)
+    for status in scrapers.start():
+        if status != "ok":
+            print(f"loadgen: server metrics {status}; the run goes on without them "
+                  "(--no-server-metrics silences this)", file=sys.stderr)
+    return scrapers

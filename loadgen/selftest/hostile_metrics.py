@@ -5,7 +5,8 @@ scrapes of `/metrics` with a small valid exposition (the reference server's name
 one with MODE: "ok" (the same valid text), "endless" (a chunked body that never ends), "huge" (a
 body of 1 GiB, announced by its content-length), "drip" (a valid body, one byte every 0.7 s),
 "drip_head" (the response head, one byte every 0.7 s), "many_read" / "many_other" (10^6 label
-series of a name loadgen reads / of one it does not), "neg_inf" (the gauges at -Inf).
+series of a name loadgen reads / of one it does not), "neg_inf" (the gauges at -Inf), "wide" (the
+valid text and NUM_WIDE label series of another name: within the byte bound, past the series cap).
 
 Completions (`/v1/completions`, `/v1/chat/completions`) get four tokens; a whole response carries
 `Server-Timing: VALUE` (`--server-timing VALUE`), a streamed one the comment `: server-timing JSON`
@@ -23,9 +24,10 @@ import ssl
 import subprocess
 import sys
 
-MODES = ("ok", "endless", "huge", "drip", "drip_head", "many_read", "many_other", "neg_inf")
+MODES = ("ok", "endless", "huge", "drip", "drip_head", "many_read", "many_other", "neg_inf", "wide")
 DRIP_S = 0.7
 NUM_MANY = 10**6
+NUM_WIDE = 200_000
 HUGE_BYTES = 1 << 30
 OK_METRICS = (b"# TYPE reference:num_running_reqs gauge\nreference:num_running_reqs 0\n"
               b"# TYPE reference:num_waiting_reqs gauge\nreference:num_waiting_reqs 2\n"
@@ -125,10 +127,14 @@ async def _endless(writer) -> None:
     await _chunked(writer, itertools.repeat(_FILLER * 64))
 
 
-async def _many(writer, name: bytes) -> None:
+async def _many(writer, name: bytes, num: int = NUM_MANY, first: bytes = b"") -> None:
     lines = (b"".join(b'%s{series="%d"} 1\n' % (name, i) for i in range(start, start + 1000))
-             for start in range(0, NUM_MANY, 1000))
-    await _chunked(writer, lines)
+             for start in range(0, num, 1000))
+    await _chunked(writer, itertools.chain([first] if first else [], lines))  # NOTE: an empty chunk ends a body
+
+
+async def _wide(writer) -> None:
+    await _many(writer, b"process_open_things", NUM_WIDE, OK_METRICS)
 
 
 async def _huge(writer) -> None:
@@ -157,7 +163,7 @@ async def _drip_bytes(writer, head: bytes, body: bytes) -> None:
 
 METRICS = {"ok": _ok, "endless": _endless, "huge": _huge, "drip": _drip, "drip_head": _drip_head,
            "many_read": lambda w: _many(w, b"reference:num_running_reqs"),
-           "many_other": lambda w: _many(w, b"process_open_things"), "neg_inf": _neg_inf}
+           "many_other": lambda w: _many(w, b"process_open_things"), "neg_inf": _neg_inf, "wide": _wide}
 
 
 def spawn(*flags: str) -> tuple[subprocess.Popen, str]:
