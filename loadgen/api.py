@@ -41,10 +41,12 @@ from loadgen.sweep.driver import SweepSpec, run_sweep
 __all__ = ["RunPlan", "SetupError", "SweepPlan", "UsageError", "load_options", "plan_run", "plan_sweep",
            "result_json", "run", "save", "sweep"]
 
-#: Flags that say where results go, not what runs: left out of a result's `flags`, so replaying a
-#: saved run never writes over the file it was read from.
 #: issue 32: repeatable flags that are usually given once.
 ONE_OR_MORE_FLAGS = ("base-url", "model")
+#: Repeatable flags that a config file or the command line gives whole: a later layer replaces them.
+REPLACED_FLAGS = ("base-url", "model", "server-metrics-url")
+#: Flags that say where results go, not what runs: left out of a result's `flags`, so replaying a
+#: saved run never writes over the file it was read from.
 OUTPUT_FLAGS = ("output", "records", "csv", "save-result", "result-dir", "result-filename", "append-result")
 
 Options = Mapping[str, object] | str | os.PathLike | None
@@ -205,7 +207,27 @@ def _merged_argv(options: Options, argv: Sequence[str], *parsers: argparse.Argum
     layers = [_options(options, parsers[0])]
     if given.config is not None:
         layers.append(_options(given.config, parsers[0]))
-    return [*(arg for layer in layers for arg in _options_argv(layer, *parsers)), *rest]
+    argvs = [*(_options_argv(layer, *parsers) for layer in layers), list(rest)]
+    # NOTE: a repeatable flag of a later layer replaces the earlier layers' values, not adds to them
+    return [arg for i, layer_argv in enumerate(argvs)
+            for arg in _without(layer_argv, {f for later in argvs[i + 1:] for f in REPLACED_FLAGS if _gives(later, f)})]
+
+
+def _gives(argv: Sequence[str], key: str) -> bool:
+    return any(arg == "--" + key or arg.startswith(f"--{key}=") for arg in argv)
+
+
+def _without(argv: list[str], keys: set[str]) -> list[str]:
+    """`argv` less the flags `keys` (`--key value` or `--key=value`)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in {"--" + k for k in keys}:
+            skip = True
+        elif not any(arg.startswith(f"--{k}=") for k in keys):
+            out.append(arg)
+    return out
 
 
 def _options(options: Options, parser: argparse.ArgumentParser) -> Mapping[str, object]:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from loadgen import api
 from loadgen.cli import main
 
 YAML = """\
@@ -84,3 +85,18 @@ def test_bad_config_files_are_one_line_usage_errors(tmp_path):
 def test_an_abbreviated_config_flag_is_refused(tmp_path):
     proc = _cli("--conf", str(tmp_path / "x.yaml"))
     assert proc.returncode == 2 and "spell --config out in full" in proc.stderr
+
+
+def test_repeatable_flags_of_a_later_layer_replace_the_earlier_ones(tmp_path):
+    options = {"base-url": ["http://127.0.0.1:1", "http://127.0.0.1:2=3"], "model": ["a", "b=2"],
+               "server-metrics-url": "http://127.0.0.1:9/metrics", "header": "X-A: 1"}
+    (tmp_path / "run.json").write_text(json.dumps({"base-url": "http://127.0.0.1:3", "model": "c"}))
+    plan = api.plan_run(options, ["--config", str(tmp_path / "run.json"), "--header", "X-B: 2",
+                                  "--server-metrics-url", "http://127.0.0.1:8/metrics"])
+    cfg = plan.config
+    assert (cfg.base_url, cfg.base_urls, cfg.model, cfg.models) == ("http://127.0.0.1:3", (), "c", ())
+    assert cfg.metrics_urls == ("http://127.0.0.1:8/metrics",)
+    assert list(cfg.headers) == ["X-A", "X-B"]  # headers add up, layer after layer
+    kept = api.plan_run(options, ["--num-prompts", "2"]).config
+    assert kept.base_urls == (("http://127.0.0.1:1", 1.0), ("http://127.0.0.1:2", 3.0))
+    assert kept.models == (("a", 1.0), ("b", 2.0))
