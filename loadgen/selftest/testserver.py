@@ -301,7 +301,7 @@ class ScriptedServer:
             "num_empty_text_events_sent": t.num_empty,
             "request_body_bytes": t.num_body_bytes, "image_parts": t.num_images,
             "embedding_inputs": t.num_inputs, "embedding_prompt_tokens": t.num_prompt_tokens,
-            "max_awaiting_first_token": t.max_awaiting_first,
+            "max_awaiting_first_token": t.max_awaiting_first, "awaiting_first_token": t.num_awaiting_first,
         }
 
     def _count_body(self, body: bytes) -> None:
@@ -623,6 +623,7 @@ def _respond(server: ScriptedServer, conn: _Handler, body: bytes) -> None:
         return
     stream = _ResponsesStream(server, conn, False, n, True, fault, arrived, prompt_tokens)
     server.truth.open_streams += 1
+    server.truth.awaiting_first(+1)
     conn.write(_SSE_HEAD + _chunked(_response_event("response.created", {"response": {"status": "in_progress"}})))
     server._admit(stream)
 

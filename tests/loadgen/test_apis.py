@@ -81,6 +81,8 @@ def test_responses_stream_is_timed_as_chat(start_server, tmp_path):
     assert all(c >= s for c, s in zip(ttfts, sorted(stats["ttft_ms"]), strict=True))
     assert data["mean_tpot_ms"] is not None and data["mean_itl_ms"] is not None
     assert data["token_latencies"] is None
+    # every stream counted as awaiting its first token until it came (the prefill-cap's count)
+    assert stats["awaiting_first_token"] == 0 and 1 <= stats["max_awaiting_first_token"] <= 2
     body = _last_body(server)
     assert body["stream"] is True and body["max_output_tokens"] == NUM_TOKENS and isinstance(body["input"], str)
 
