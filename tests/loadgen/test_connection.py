@@ -27,7 +27,7 @@ from loadgen.run.connection import (
 )
 from loadgen.run.transport import LeanTransport
 from tests.loadgen import test_transport_stamps as stamps
-from tests.loadgen.test_transport_stamps import _body, _chunked, _get, _sized
+from tests.loadgen.test_transport_stamps import _body, _chunked, _get, _sized, bounded_run
 
 server = stamps.server  # the scripted server fixture
 
@@ -115,14 +115,14 @@ def test_loop_marks_run_while_reads_are_late_and_keep_the_mark_before_the_latest
         assert it.floor_ns == second  # a late read marks again: the floor moves on one mark
         return it
 
-    uvloop.run(go())
+    bounded_run(go(), runner=uvloop.run)
 
 
 def test_loop_marks_are_not_used_on_asyncios_own_loop():
     async def go():
         return LoopIterations().is_usable
 
-    assert asyncio.run(go()) is False
+    assert bounded_run(go()) is False
 
 
 def test_a_kernel_stamp_later_than_its_read_is_counted_and_replaced_by_the_read(server):
@@ -135,7 +135,7 @@ def test_a_kernel_stamp_later_than_its_read_is_counted_and_replaced_by_the_read(
         await transport.aclose()
         return transport, body
 
-    transport, body = asyncio.run(go())
+    transport, body = bounded_run(go())
     assert transport.read_stats.num_stamp_after_read == 1
     assert transport.read_stats.num_unstamped == 0
     assert list(body.stamps) == list(body.loop_stamps)
@@ -151,7 +151,7 @@ def test_reads_that_fill_the_buffer_keep_their_lower_bound_and_are_sampled(serve
         await transport.aclose()
         return transport, body, sent
 
-    transport, body, sent = uvloop.run(go())
+    transport, body, sent = bounded_run(go(), runner=uvloop.run)
     assert body.num_bytes == size
     stats = transport.read_stats
     assert stats.num_full_reads >= 2 and stats.max_queued_bytes >= 2 * READ_BYTES
@@ -176,7 +176,7 @@ def test_the_body_cap_admits_exactly_its_size(server, extra, ok):
             await transport.aclose()
         return body, None
 
-    body, error = asyncio.run(go())
+    body, error = bounded_run(go())
     if ok:
         assert error is None and body.num_bytes == cap
     else:
@@ -199,7 +199,7 @@ def test_the_head_cap_admits_a_head_of_exactly_its_size_with_its_body_in_the_sam
             await transport.aclose()
         return body, None
 
-    body, error = asyncio.run(go())
+    body, error = bounded_run(go())
     if ok:
         assert error is None and b"".join(body.chunks) == b"q" * 5000
     else:
@@ -217,7 +217,7 @@ def test_informational_heads_are_skipped_and_their_headers_dropped(server):
         await transport.aclose()
         return status, headers, body
 
-    status, headers, body = asyncio.run(go())
+    status, headers, body = bounded_run(go())
     assert status == 200 and b"".join(body.chunks) == b"ok"
     assert [name.lower() for name, _ in headers] == [b"x-final", b"content-length"]
 
@@ -230,7 +230,7 @@ def _two_gets(transport: LeanTransport, port: int):
         await transport.aclose()
         return first, second
 
-    return asyncio.run(go())
+    return bounded_run(go())
 
 
 @pytest.mark.parametrize("close, connections", [(False, 1), (True, 2)])
@@ -259,7 +259,7 @@ def test_a_body_without_length_ends_when_the_peer_closes(server):
         await transport.aclose()
         return body
 
-    assert b"".join(asyncio.run(go()).chunks) == b"to the end"
+    assert b"".join(bounded_run(go()).chunks) == b"to the end"
 
 
 @pytest.mark.parametrize("head", [OK_HEAD % 100, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"])
@@ -272,7 +272,7 @@ def test_a_framed_body_cut_by_the_peer_is_a_read_error(server, head):
             await _body(transport, srv.port)
         await transport.aclose()
 
-    asyncio.run(go())
+    bounded_run(go())
 
 
 def test_a_no_content_answer_cut_by_the_peer_before_its_head_ended_is_a_read_error(server):
@@ -284,7 +284,7 @@ def test_a_no_content_answer_cut_by_the_peer_before_its_head_ended_is_a_read_err
             await _body(transport, srv.port)
         await transport.aclose()
 
-    asyncio.run(go())
+    bounded_run(go())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -301,7 +301,7 @@ def test_a_broken_or_upgraded_response_is_a_bad_response(server, answer, message
             await _body(transport, srv.port)
         await transport.aclose()
 
-    asyncio.run(go())
+    bounded_run(go())
 
 
 def test_a_cancelled_send_drops_its_connection(server):
@@ -318,7 +318,7 @@ def test_a_cancelled_send_drops_its_connection(server):
         await transport.aclose()
         return body
 
-    assert asyncio.run(go()).chunks == [b"late"]
+    assert bounded_run(go()).chunks == [b"late"]
     assert srv.num_connections == 2
 
 
@@ -333,7 +333,7 @@ def test_closing_a_body_before_its_end_drops_the_connection(server):
             await body.complete()
         await transport.aclose()
 
-    asyncio.run(go())
+    bounded_run(go())
     assert srv.closed.wait(10)
 
 
@@ -366,7 +366,7 @@ def test_a_request_larger_than_the_socket_buffer_is_written_in_parts():
         return status, body
 
     try:
-        status, body = asyncio.run(go())
+        status, body = bounded_run(go())
     finally:
         listener.close()
     assert status == 200 and body.chunks == [b"done"]

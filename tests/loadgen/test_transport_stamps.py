@@ -30,6 +30,21 @@ pytestmark = pytest.mark.timeout(20)
 GAP_S = 0.25
 
 
+
+#: Every test's event loop ends within this: a hang (a broken connection that never ends a body, or
+#: a reader callback spinning) fails the test instead of waiting for pytest's timeout, which the
+#: loop would swallow as a callback's exception.
+WAIT_S = 15
+
+
+def bounded_run(coro, debug: bool = False, runner=asyncio.run):
+    """`runner(coro)` (asyncio.run or uvloop.run), cancelled with TimeoutError after WAIT_S."""
+    async def bounded():
+        return await asyncio.wait_for(coro, WAIT_S)
+
+    return runner(bounded(), debug=debug)
+
+
 class ScriptedServer:
     """Answers each request on each connection with `script(n)`: a list of (bytes, pause before
     them); records the connections taken, the requests' bytes, and `now_ns()` before each write."""
@@ -139,7 +154,7 @@ def test_each_piece_has_its_reads_kernel_stamp_between_the_send_and_the_loops_re
         return transport, status, body, sent
 
     # NOTE: debug mode refuses a blocking socket in sock_connect
-    transport, status, body, sent = asyncio.run(go(), debug=True)
+    transport, status, body, sent = bounded_run(go(), debug=True)
     assert status == 200 and b"".join(body.chunks) == b"onetwothree"
     assert body.is_kernel
     assert len(body.stamps) == len(body.loop_stamps) == len(body.floors) == 3
@@ -163,7 +178,7 @@ def test_a_blocked_loop_keeps_the_kernel_stamp_of_when_the_bytes_came(server):
         await body.complete()
         return body
 
-    body = asyncio.run(late())
+    body = bounded_run(late())
     assert srv.sent_ns[1] <= body.stamps[0]
     assert body.loop_stamps[0] - body.stamps[0] >= 3 * GAP_S * 1e9
 
@@ -177,7 +192,7 @@ def test_without_kernel_stamps_the_loop_stamp_stands_in_and_is_counted(server):
         (_, body, _), _ = await asyncio.gather(_body(transport, srv.port), _body(transport, srv.port))
         return transport, before, body
 
-    transport, before, body = asyncio.run(go())
+    transport, before, body = bounded_run(go())
     assert before == "loop"
     assert not body.is_kernel and list(body.stamps) == list(body.loop_stamps)
     assert transport.read_stats.num_unstamped >= 4
@@ -196,7 +211,7 @@ def test_stamp_source_is_mixed_when_some_connections_had_no_kernel_stamps(server
         await _body(transport, two.port)
         return transport, fresh
 
-    transport, fresh = asyncio.run(go())
+    transport, fresh = bounded_run(go())
     assert fresh == "kernel"
     assert (transport.num_kernel_stamped, transport.num_loop_stamped) == (1, 1)
     assert transport.stamp_source == "mixed"
@@ -237,10 +252,10 @@ def test_idle_connections_are_reused_up_to_the_keepalive_cap(server):
         assert (transport.num_kernel_stamped, transport.num_loop_stamped) == (srv.num_connections - before, 0)
         return idle
 
-    assert asyncio.run(go(4, 1)) == 1 and srv.num_connections == 1
-    assert asyncio.run(go(2, 3)) == 2
+    assert bounded_run(go(4, 1)) == 1 and srv.num_connections == 1
+    assert bounded_run(go(2, 3)) == 2
     assert srv.num_connections == 1 + 3 + 1  # 3 at first, 2 kept: 1 new the second time
-    assert asyncio.run(go(0, 1)) == 0 and srv.num_connections == 5 + 2
+    assert bounded_run(go(0, 1)) == 0 and srv.num_connections == 5 + 2
 
 
 def test_aclose_closes_the_idle_connections(server):
@@ -252,7 +267,7 @@ def test_aclose_closes_the_idle_connections(server):
         await transport.aclose()
         return transport._num_idle, transport._idle
 
-    assert asyncio.run(go()) == (0, {})
+    assert bounded_run(go()) == (0, {})
     assert srv.closed.wait(20)
 
 
@@ -265,7 +280,7 @@ def test_httpx_client_gets_the_stamped_body_as_an_extension(server):
             await response.aread()
             return response
 
-    response = asyncio.run(go())
+    response = bounded_run(go())
     assert response.status_code == 200 and response.content == b"body"
     assert response.headers["content-length"] == "4"
     body = response.extensions[BODY_EXTENSION]
@@ -282,7 +297,7 @@ def test_a_connection_lost_mid_head_is_a_read_error_naming_the_request(server):
             await client.get(f"http://127.0.0.1:{srv.port}/")
 
     with pytest.raises(httpx.ReadError, match="connection lost: closed by peer") as failed:
-        asyncio.run(go())
+        bounded_run(go())
     assert failed.value.request.url.port == srv.port
     request = httpx.Request("GET", f"http://127.0.0.1:{srv.port}/")
 
@@ -290,7 +305,7 @@ def test_a_connection_lost_mid_head_is_a_read_error_naming_the_request(server):
         await LeanTransport().handle_async_request(request)
 
     with pytest.raises(httpx.ReadError) as failed:
-        asyncio.run(bare())
+        bounded_run(bare())
     assert failed.value.request is request
 
 
@@ -304,7 +319,7 @@ def test_a_refused_connection_is_a_one_line_connect_error():
         await LeanTransport().open(_get(LeanTransport(), port))
 
     with pytest.raises(httpx.ConnectError, match=f"^cannot connect to 127.0.0.1:{port}: "):
-        asyncio.run(go())
+        bounded_run(go())
 
 
 def test_a_failed_tls_handshake_is_a_connect_error_and_the_context_is_made_once():
@@ -324,7 +339,7 @@ def test_a_failed_tls_handshake_is_a_connect_error_and_the_context_is_made_once(
         await transport.open(transport.prepare(httpx.Request("GET", f"https://127.0.0.1:{port}/")))
 
     with pytest.raises(httpx.ConnectError, match=f"^TLS handshake with 127.0.0.1:{port} failed: "):
-        asyncio.run(plain())
+        bounded_run(plain())
     raw.close()
     given = ssl.create_default_context()
     transport = LeanTransport(verify=given)
@@ -354,7 +369,7 @@ def test_a_host_is_resolved_once_for_concurrent_connections_and_again_after_a_fa
             await transport.open(transport.prepare(httpx.Request("GET", "http://no-such-host.invalid/")))
         return results, addresses, transport._addresses
 
-    results, addresses, after = asyncio.run(go())
+    results, addresses, after = bounded_run(go())
     assert [status for status, _, _ in results] == [200] * 4
     assert lookups == [("localhost", srv.port), ("no-such-host.invalid", 80)]
     assert addresses and all(kind == socket.SOCK_STREAM for _, kind, *_ in addresses)
@@ -372,14 +387,14 @@ def test_a_host_without_addresses_is_a_connect_error_saying_so():
         await transport.open(transport.prepare(httpx.Request("GET", "http://empty.test:81/")))
 
     with pytest.raises(httpx.ConnectError, match="^cannot connect to empty.test:81: no address$"):
-        asyncio.run(go())
+        bounded_run(go())
 
 
 def test_numeric_addresses_need_no_lookup():
     async def go():
         return (await LeanTransport._resolve("127.0.0.1", 1), await LeanTransport._resolve("::1", 2))
 
-    four, six = asyncio.run(go())
+    four, six = bounded_run(go())
     assert four == [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", 1))]
     assert six == [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("::1", 2))]
 
@@ -401,11 +416,11 @@ def test_https_verifies_by_default_asks_for_http11_and_keeps_kernel_stamps(serve
             await transport.aclose()
 
     with pytest.raises(httpx.ConnectError, match="certificate verify failed"):
-        asyncio.run(go(LeanTransport()))
+        bounded_run(go(LeanTransport()))
     trusting = ssl.create_default_context(cafile=cert)
     with pytest.raises(httpx.ConnectError, match="Hostname mismatch"):  # the name is checked
-        asyncio.run(go(LeanTransport(verify=trusting), f"https://localhost:{srv.port}/"))
-    status, body = asyncio.run(go(LeanTransport(verify=trusting)))
+        bounded_run(go(LeanTransport(verify=trusting), f"https://localhost:{srv.port}/"))
+    status, body = bounded_run(go(LeanTransport(verify=trusting)))
     assert status == 200 and b"".join(body.chunks) == b"secure"
     assert body.is_kernel and len(body.stamps) == 2
     assert all(s <= loop for s, loop in zip(body.stamps, body.loop_stamps, strict=True))
