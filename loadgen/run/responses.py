@@ -25,6 +25,7 @@ from loadgen.run.sse import (
     _Delta,
     _payloads,
     _Usage,
+    decode_all,
 )
 
 #: Events that end a Responses stream normally (incomplete: it stopped at max_output_tokens).
@@ -74,27 +75,13 @@ def decode_responses_stream(body: bytes, ends: list[int], loop: list[int]) -> _D
     if (tail := events.pop()).strip():
         raise MalformedSSE(f"stream ended inside an event: {tail[:80]!r}")
     payloads, pieces, event_ends, _ = _payloads(events, ends)
-    decoded = _decode_all(payloads)
+    decoded = decode_all(payloads, _decode_events, _decode_event)
     chunks = [_as_chunk(event) for event in decoded]
     if not any(event.type in TERMINAL_EVENTS for event in decoded):
         raise MalformedSSE("stream ended without response.completed")
     last, at_event_end = len(ends) - 1, set(event_ends)
     ends_read = [end in at_event_end and (j == last or loop[j + 1] != loop[j]) for j, end in enumerate(ends)]
     return chunks, pieces, ends_read
-
-
-def _decode_all(payloads: list[bytes]) -> list[_Event]:
-    """All events in one msgspec call; on a bad one, find and name it."""
-    try:
-        return _decode_events(b"[" + b",".join(payloads) + b"]")
-    except msgspec.DecodeError:
-        pass
-    for payload in payloads:
-        try:
-            _decode_event(payload)
-        except msgspec.DecodeError as exc:
-            raise MalformedSSE(f"undecodable event {payload[:80]!r}: {exc}") from None
-    raise MalformedSSE("undecodable stream")
 
 
 def _as_chunk(event: _Event) -> _Chunk:

@@ -325,7 +325,7 @@ def _any_stream(body: bytes, ends: list[int], loop: list[int]) -> _Decoded:
         raise MalformedSSE("stream ended without data: [DONE]")
     last, at_event_end = len(ends) - 1, set(event_ends)
     ends_read = [end in at_event_end and (j == last or loop[j + 1] != loop[j]) for j, end in enumerate(ends)]
-    return _decode_all(payloads), pieces, ends_read
+    return decode_all(payloads), pieces, ends_read
 
 
 def _payloads(events: list[bytes], ends: list[int]) -> tuple[list[bytes], list[int], list[int], bool]:
@@ -366,15 +366,15 @@ def _event_data(event: bytes) -> bytes | None:
     return b"\n".join(data).strip() if data else None
 
 
-def _decode_all(payloads: list[bytes]) -> list[_Chunk]:
-    """All events in one msgspec call; on a bad one, find and name it."""
+def decode_all(payloads: list[bytes], decode_many=_decode_chunks, decode_one=_decode_chunk) -> list:
+    """All events in one msgspec call (chat chunks by default); on a bad one, find and name it."""
     try:
-        return _decode_chunks(b"[" + b",".join(payloads) + b"]")
+        return decode_many(b"[" + b",".join(payloads) + b"]")
     except msgspec.DecodeError:
         pass
     for payload in payloads:
         try:
-            _decode_chunk(payload)
+            decode_one(payload)
         except msgspec.DecodeError as exc:
             raise MalformedSSE(f"undecodable event {payload[:80]!r}: {exc}") from None
     raise MalformedSSE("undecodable stream")  # e.g. a payload that is not one JSON value
