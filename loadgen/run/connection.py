@@ -238,12 +238,16 @@ class Tls:
         out = []
         while True:
             try:
-                out.append(self.obj.read(READ_BYTES))
+                plain = self.obj.read(READ_BYTES)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
                 self.is_closed = True
                 break
+            if not plain:  # NOTE: CPython's read gives b"" at the peer's close_notify: it never raises
+                self.is_closed = True
+                break
+            out.append(plain)
         return b"".join(out)
 
     def encrypt(self, data: bytes) -> bytes:

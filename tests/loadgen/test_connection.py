@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+import struct
 import threading
 import time
 
@@ -22,6 +24,7 @@ from loadgen.run.connection import (
     LoopIterations,
     ReadStats,
     ResponseTooLarge,
+    enable_kernel_stamps,
     header_cap_message,
     too_large_message,
 )
@@ -82,6 +85,9 @@ def test_a_full_read_samples_the_queue_and_counts_a_closing_window_at_half_the_b
     reader.recv(500)
     stats.full_read(reader)  # less queued: the maximum stays, and the window is open again
     assert (stats.num_full_reads, stats.max_queued_bytes, stats.num_window_full) == (3, queued_bytes, 1)
+    reader.rcvbuf = 2 * (queued_bytes - 500)
+    stats.full_read(reader)  # at the boundary again: counted again
+    assert (stats.num_full_reads, stats.max_queued_bytes, stats.num_window_full) == (4, queued_bytes, 2)
 
 
 def test_a_full_read_whose_queue_cannot_be_read_is_still_counted(queued):
@@ -329,7 +335,7 @@ def test_closing_a_body_before_its_end_drops_the_connection(server):
         transport = LeanTransport()
         _, _, body = await transport.open(_get(transport, srv.port))
         await body.aclose()
-        with pytest.raises(httpx.ReadError, match="response closed before its end"):
+        with pytest.raises(httpx.ReadError, match="^response closed before its end$"):
             await body.complete()
         await transport.aclose()
 
@@ -371,3 +377,115 @@ def test_a_request_larger_than_the_socket_buffer_is_written_in_parts():
         listener.close()
     assert status == 200 and body.chunks == [b"done"]
     assert got and got[0] >= size
+
+
+def test_the_cap_messages_name_the_flag_and_the_cap():
+    assert header_cap_message(7) == ("response head passed --max-response-header-bytes 7 before its end "
+                                     "(endless header lines?); connection dropped")
+    assert too_large_message(9) == ("response body passed --max-response-bytes 9 before its end "
+                                    "(an endless stream?); connection dropped")
+
+
+def test_a_socket_that_refuses_the_stamp_option_reads_without_stamps():
+    sock = socket.socket()
+    assert enable_kernel_stamps(sock) is True
+    sock.close()  # setsockopt now fails (EBADF)
+    assert enable_kernel_stamps(sock) is False
+
+
+def test_a_body_is_iterated_as_its_pieces_arrive_and_whole_once_arrived(server):
+    srv = server(lambda n: _chunked(b"one", b"two", b"three"))
+
+    async def go():
+        transport = LeanTransport()
+        _, _, live = await transport.open(_get(transport, srv.port))
+        pieces = [piece async for piece in live]  # waits for each piece (GAP_S apart), then the end
+        _, _, done = await transport.open(_get(transport, srv.port))
+        await done.complete()
+        whole = [piece async for piece in done]  # everything had arrived: one piece
+        await transport.aclose()
+        return pieces, whole
+
+    pieces, whole = bounded_run(go())
+    assert pieces == [b"one", b"two", b"three"]
+    assert whole == [b"onetwothree"]
+
+
+def test_a_reset_connection_says_so(server):
+    def reset(conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    srv = server(lambda n: [(OK_HEAD % 100 + b"part", 0.0), (reset, 0.2)])
+
+    async def go():
+        transport = LeanTransport()
+        with pytest.raises(httpx.ReadError, match="connection lost: .*reset by peer"):
+            await _body(transport, srv.port)
+        await transport.aclose()
+
+    bounded_run(go())
+
+
+def _tls_server(certificate, answer: bytes, hold_s: float):
+    """A TLS server in a thread: reads one request head, writes `answer`, sends close_notify, and
+    keeps the TCP connection open `hold_s` more; returns (port, requests seen)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*certificate)
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def serve():
+        raw, _ = listener.accept()
+        listener.close()
+        with context.wrap_socket(raw, server_side=True) as conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            seen.append(data)
+            conn.sendall(answer)
+            try:
+                # close_notify, then it waits for the client's; the TCP connection stays open
+                conn.unwrap().close()
+            except OSError:  # the client closed the connection at the close_notify
+                return
+            time.sleep(hold_s)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], seen
+
+
+def test_a_tls_close_notify_ends_a_close_delimited_body_while_tcp_stays_open(certificate):
+    port, seen = _tls_server(certificate, b"HTTP/1.1 200 OK\r\n\r\nuntil close_notify", hold_s=30)
+
+    async def go():
+        transport = LeanTransport(verify=ssl.create_default_context(cafile=certificate[0]))
+        request = transport.prepare(httpx.Request("GET", f"https://127.0.0.1:{port}/"))
+        status, _, body = await transport.open(request)
+        await body.complete()  # not at the TCP close, 30 s later: the test's loop ends in 15 s
+        await transport.aclose()
+        return status, body
+
+    status, body = bounded_run(go())
+    assert status == 200 and b"".join(body.chunks) == b"until close_notify"
+    assert seen and seen[0].startswith(b"GET / HTTP/1.1\r\n")
+
+
+def test_an_https_connection_is_kept_alive_and_carries_only_the_requests(server, certificate):
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(*certificate)
+    srv = server(lambda n: _sized(b"ok%d" % n), tls)
+
+    async def go():
+        transport = LeanTransport(verify=ssl.create_default_context(cafile=certificate[0]))
+        bodies = []
+        for _ in range(2):
+            request = transport.prepare(httpx.Request("GET", f"https://127.0.0.1:{srv.port}/"))
+            _, _, body = await transport.open(request)
+            await body.complete()
+            bodies.append(b"".join(body.chunks))
+        await transport.aclose()
+        return bodies
+
+    assert bounded_run(go()) == [b"ok1", b"ok2"]
+    assert srv.num_connections == 1
+    assert [head.split(b"\r\n")[0] for head in srv.requests] == [b"GET / HTTP/1.1"] * 2

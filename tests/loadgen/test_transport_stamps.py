@@ -47,7 +47,8 @@ def bounded_run(coro, debug: bool = False, runner=asyncio.run):
 
 class ScriptedServer:
     """Answers each request on each connection with `script(n)`: a list of (bytes, pause before
-    them); records the connections taken, the requests' bytes, and `now_ns()` before each write."""
+    them; None closes, a callable is called with the socket and then closes); records the connections
+    taken, the requests' bytes, and `now_ns()` before each write."""
 
     def __init__(self, script, tls: ssl.SSLContext | None = None) -> None:
         self.script = script
@@ -96,6 +97,9 @@ class ScriptedServer:
                     time.sleep(pause)
                     self.sent_ns.append(now_ns())
                     if data is None:
+                        return
+                    if callable(data):  # an action on the socket before it closes (e.g. a reset)
+                        data(conn)
                         return
                     try:
                         conn.sendall(data)
