@@ -189,3 +189,13 @@ def test_images_that_may_not_fit_in_memory_are_warned_about():
     note = images_note(cfg, 2 * bound - 2)
     assert note is not None and "1,000 request bodies with 2 512x512 image(s)" in note and "2.0 GiB" in note
     assert images_note(RunConfig(num_prompts=1000, concurrency=4), 1) is None
+
+
+def test_a_responses_stream_over_several_reads_takes_each_reads_stamp():
+    delta = [_event("response.output_text.delta", delta=text) for text in ("a", "b", "c")]
+    raw = _raw("openai-responses", b"")
+    raw.chunks, raw.stamps = [delta[0], delta[1], delta[2] + COMPLETED], [10, 20, 30]
+    rec = finish_record(raw)
+    assert rec.error_class is None, rec.error_message
+    assert rec.chunk_ns == [10, 20, 30] and rec.first_token_ns == 10
+    assert rec.num_coalesced_events == 0

@@ -253,3 +253,10 @@ def test_odd_tool_calls_are_one_line_errors_or_still_tool_calls():
             _parse([_event(bad) + DONE])
     with pytest.raises(MalformedSSE, match="undecodable event"):
         _parse([_event({"content": "a"}) + _usage(1, reasoning=-1) + DONE])
+
+
+def test_two_tool_calls_in_one_delta_are_one_event_with_both_texts():
+    calls = {"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                            {"index": 1, "id": "b", "type": "function", "function": {"name": "g", "arguments": "[1]"}}]}
+    rec = _parse([_event(calls) + _usage(2) + DONE])
+    assert (rec.num_tool_call_events, rec.output_chars) == (1, len("f{}g[1]"))
