@@ -8,6 +8,8 @@ bytes nobody asked for, `connection: close`, a cancelled send, a partial write."
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import socket
 import ssl
 import struct
@@ -489,3 +491,94 @@ def test_an_https_connection_is_kept_alive_and_carries_only_the_requests(server,
     assert bounded_run(go()) == [b"ok1", b"ok2"]
     assert srv.num_connections == 1
     assert [head.split(b"\r\n")[0] for head in srv.requests] == [b"GET / HTTP/1.1"] * 2
+
+
+def test_a_server_that_closes_during_the_tls_handshake_is_a_connect_error_saying_so():
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        conn.recv(65536)  # the ClientHello
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def go():
+        transport = LeanTransport()
+        request = transport.prepare(httpx.Request("GET", f"https://127.0.0.1:{listener.getsockname()[1]}/"))
+        with pytest.raises(httpx.ConnectError) as caught:
+            await transport.open(request)
+        await transport.aclose()
+        return str(caught.value)
+
+    try:
+        message = bounded_run(go())
+    finally:
+        listener.close()
+    assert message.endswith("failed: connection closed during the TLS handshake")
+
+
+def test_a_broken_tls_record_is_a_read_error_naming_the_tls_failure(certificate):
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*certificate)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        raw, _ = listener.accept()
+        conn = context.wrap_socket(raw, server_side=True)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        conn.sendall(OK_HEAD % 100 + b"part")
+        time.sleep(0.2)
+        # NOTE: an application-data record that fails its integrity check, under the TLS layer
+        socket.socket(fileno=os.dup(conn.fileno())).sendall(b"\x17\x03\x03\x00\x20" + b"\x00" * 32)
+        time.sleep(5)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def go():
+        transport = LeanTransport(verify=ssl.create_default_context(cafile=certificate[0]))
+        request = transport.prepare(httpx.Request("GET", f"https://127.0.0.1:{listener.getsockname()[1]}/"))
+        _, _, body = await transport.open(request)
+        with pytest.raises(httpx.ReadError) as caught:
+            await body.complete()
+        await transport.aclose()
+        return str(caught.value)
+
+    try:
+        message = bounded_run(go())
+    finally:
+        listener.close()
+    assert re.match(r"connection lost: \[SSL: \w+\]", message), message
+
+
+def test_a_request_cancelled_while_its_body_is_still_being_written_drops_the_connection():
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def serve():
+        conn, _ = listener.accept()
+        accepted.append(conn)  # never read: the client's writes stall
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def go():
+        transport = LeanTransport()
+        port = listener.getsockname()[1]
+        request = transport.prepare(httpx.Request("POST", f"http://127.0.0.1:{port}/", content=b"p" * (32 << 20)))
+        task = asyncio.ensure_future(transport.open(request))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.1)  # the loop runs on without the writer
+        await transport.aclose()
+
+    try:
+        bounded_run(go())
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
