@@ -131,6 +131,11 @@ def test_summary_says_where_reasoning_tokens_come_from_and_leaves_out_latencies_
     assert not any("tool_call_ms" in key for key in s)
     assert output_kinds(cfg, both[1:])["reasoning_tokens_source"] == SOURCE_REASONING_EVENTS
     assert output_kinds(cfg, both[:1])["reasoning_tokens_source"] == SOURCE_REASONING_USAGE
+    tools = output_kinds(cfg, [_kind_rec(0, first_tool_call_ns=2 * MS, num_tool_call_events=4)])
+    assert (tools["requests_with_reasoning"], tools["reasoning_tokens_source"], tools["mean_reasoning_tokens"]) == (
+        0, None, None)
+    assert (tools["requests_with_tool_calls"], tools["total_tool_call_events"], tools["mean_ttf_tool_call_ms"]) == (
+        1, 4, 2.0)
 
 
 def _server(start_server, *flags: str):
