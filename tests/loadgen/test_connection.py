@@ -42,6 +42,20 @@ pytestmark = pytest.mark.timeout(20)
 OK_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n"
 
 
+def _failure(port: int, error: type[BaseException], **options) -> str:
+    """The message of the `error` that a GET to `port` ends in, through LeanTransport(**options)."""
+    async def go():
+        transport = LeanTransport(**options)
+        try:
+            with pytest.raises(error) as caught:
+                await _body(transport, port)
+        finally:
+            await transport.aclose()
+        return str(caught.value)
+
+    return bounded_run(go())
+
+
 class _Queue(socket.socket):
     """A real socket whose receive buffer size is scripted (the kernel rounds and doubles it)."""
 
@@ -322,26 +336,12 @@ def test_a_body_without_length_ends_when_the_peer_closes(server):
 @pytest.mark.parametrize("head", [OK_HEAD % 100, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"])
 def test_a_framed_body_cut_by_the_peer_is_a_read_error(server, head):
     srv = server(lambda n: [(head + b"5\r\npart", 0.0), (None, 0.1)])
-
-    async def go():
-        transport = LeanTransport()
-        with pytest.raises(httpx.ReadError, match="connection lost: closed by peer"):
-            await _body(transport, srv.port)
-        await transport.aclose()
-
-    bounded_run(go())
+    assert _failure(srv.port, httpx.ReadError) == "connection lost: closed by peer"
 
 
 def test_a_no_content_answer_cut_by_the_peer_before_its_head_ended_is_a_read_error(server):
     srv = server(lambda n: [(b"HTTP/1.1 204 No Content\r\nx-a: 1\r\n", 0.0), (None, 0.1)])
-
-    async def go():
-        transport = LeanTransport()
-        with pytest.raises(httpx.ReadError, match="closed by peer"):
-            await _body(transport, srv.port)
-        await transport.aclose()
-
-    bounded_run(go())
+    assert _failure(srv.port, httpx.ReadError) == "connection lost: closed by peer"
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -351,14 +351,7 @@ def test_a_no_content_answer_cut_by_the_peer_before_its_head_ended_is_a_read_err
 ])
 def test_a_broken_or_upgraded_response_is_a_bad_response(server, answer, message):
     srv = server(lambda n: [(answer, 0.0)])
-
-    async def go():
-        transport = LeanTransport()
-        with pytest.raises(BadResponse, match=f"^{message}"):
-            await _body(transport, srv.port)
-        await transport.aclose()
-
-    bounded_run(go())
+    assert re.match(message, _failure(srv.port, BadResponse))
 
 
 def test_a_cancelled_send_drops_its_connection(server):
@@ -479,14 +472,7 @@ def test_a_reset_connection_says_so(server):
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     srv = server(lambda n: [(OK_HEAD % 100 + b"part", 0.0), (reset, 0.2)])
-
-    async def go():
-        transport = LeanTransport()
-        with pytest.raises(httpx.ReadError, match="connection lost: .*reset by peer"):
-            await _body(transport, srv.port)
-        await transport.aclose()
-
-    bounded_run(go())
+    assert re.match("connection lost: .*reset by peer", _failure(srv.port, httpx.ReadError))
 
 
 def _tls_server(certificate, answer: bytes, hold_s: float):
@@ -653,12 +639,5 @@ def test_the_head_cap_counts_a_head_across_its_reads(server):
     head = OK_HEAD % 2
     half = len(head) // 2
     srv = server(lambda n: [(head[:half], 0.0), (head[half:] + b"ok", GAP_S)])
-
-    async def go():
-        transport = LeanTransport(max_head_bytes=len(head) - 1)  # each read is under it, the head is not
-        with pytest.raises(BadResponse) as caught:
-            await _body(transport, srv.port)
-        await transport.aclose()
-        return str(caught.value)
-
-    assert bounded_run(go()) == header_cap_message(len(head) - 1)
+    # each read is under the cap, the head is not
+    assert _failure(srv.port, BadResponse, max_head_bytes=len(head) - 1) == header_cap_message(len(head) - 1)
