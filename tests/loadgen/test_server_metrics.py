@@ -185,7 +185,9 @@ def test_warm_up_requests_are_left_out_of_the_servers_window(start_server, tmp_p
     assert (sm["run"]["generation_tokens"], sm["run"]["ttft_count"]) == (96, 12)
     assert (sm["window"], sm["failed_scrapes"]) == ("run", 0)
     rows = {r["name"]: r for r in data["summary"]["server_vs_client"]["rows"]}
-    assert rows["output tokens"]["ratio"] == 1.0 and data["summary"]["server_vs_client"]["notes"] == []
+    assert rows["output tokens"]["ratio"] == 1.0
+    # NOTE: only the token count is the warm-up's; a 5 ms TTFT's note depends on the machine's load
+    assert not [n for n in data["summary"]["server_vs_client"]["notes"] if n.startswith("output tokens")]
 
 
 def test_the_timeline_counts_every_request_token_and_gap(start_server, tmp_path):
