@@ -18,8 +18,10 @@ from loadgen.report.noise import (
     HEADLINE,
     NUM_RESAMPLES,
     difference,
+    interval_text,
     lists_samples,
     metric_level,
+    open_note,
     read_records,
     records_path,
 )
@@ -120,8 +122,7 @@ def check_bounds(paths: list[str], bounds: list[Bound],
                     f"(fail past {bound.change_pct:+g}%)")
             if noise is not None:
                 diff = _interval(noise, name, bound.metric)
-                line += (f", {diff['level']:.2%} interval of the difference [{fmt(diff['low'])}, "
-                         f"{fmt(diff['high'])}]")
+                line += f", {diff['level']:.2%} interval of the difference {interval_text(diff)}"
                 failed = failed and diff["significant"]
             lines.append((f"{line}: {'FAIL' if failed else 'ok'}", failed))
     return lines
@@ -183,9 +184,9 @@ def print_differences(noise: dict[str, dict[str, dict]], notes: list[str], base:
         for name, diffs in noise.items():
             for metric, d in diffs.items():
                 table.add_row(name, metric, fmt(d["a"]), fmt(d["b"]), f"{d['diff']:+,.2f}",
-                              f"[{d['low']:+,.2f}, {d['high']:+,.2f}]", "*" if d["significant"] else "")
-        table.caption = (f"requests resampled (seeded), {NUM_RESAMPLES:,} resamples at most; significant: the "
-                         "interval leaves out 0")
+                              interval_text(d), "*" if d["significant"] else "")
+        table.caption = "; ".join(filter(None, (f"requests resampled (seeded), {NUM_RESAMPLES:,} resamples at most",
+                                                "significant: the interval leaves out 0", open_note(noise))))
         console.print(table)
     for note in notes:
         console.print(note)

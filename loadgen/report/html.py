@@ -18,6 +18,7 @@ from loadgen.measure.targets import figure_lines
 from loadgen.measure.timeline import STEADY_RULE
 from loadgen.report import peers, plots, workload
 from loadgen.report.compare import differences_of
+from loadgen.report.noise import interval_text, open_note
 from loadgen.report.plots import SPLIT_PARTS, TEXT_ONLY, log_x, plt
 from loadgen.report.results import TABLE_ROWS, fmt
 
@@ -357,11 +358,11 @@ def _differences(runs: list[dict], labels: list[str]) -> Html:
     if not noise:
         return Html("")
     rows = [[name, metric, _cell(d["a"]), _cell(d["b"]), f"{d['diff']:+,.2f}",
-             f"[{d['low']:+,.2f}, {d['high']:+,.2f}]", "*" if d["significant"] else ""]
+             interval_text(d), "*" if d["significant"] else ""]
             for name, diffs in noise.items() for metric, d in diffs.items()]
     return join([Html("<h2>Differences to the first run (bootstrap intervals, * significant)</h2>"),
                  table(["run", "metric", "first", "this", "difference", "interval", ""], rows) if rows else "",
-                 *(tag("<p class='note'>{}</p>", note) for note in notes)])
+                 *(tag("<p class='note'>{}</p>", note) for note in (open_note(noise), *notes) if note)])
 
 
 def _count(value) -> str:

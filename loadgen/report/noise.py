@@ -10,6 +10,16 @@ else a file's own per-request lists (`--save-detailed`: loadgen's and vLLM's, SG
 `MAX_DRAWS` draws per metric and run, so a huge run gets fewer resamples, never more time), a
 percentile from its order statistic's exact bootstrap law (the k-th smallest of n uniform draws is
 Beta(k, n - k + 1)-distributed), so its cost does not grow with the run.
+
+A percentile near the edge of a small run is not bounded by its samples: the bootstrap can only
+redraw the run's own top values, so the p99 of 30 requests would get a narrow interval around
+their maximum. The exact (distribution-free) test says when it is: the largest of n samples is
+above the q-quantile with probability 1 - q^n, so an upper bound at level L exists only when
+q^n <= (1 - L) / 2, and a lower one when (1 - q)^n <= (1 - L) / 2 (p99 at 99.5%: from 597
+requests on). Where a run's percentile has no bound on a side, the difference's interval is open
+on the side that bound would close (`low` or `high` is None) and cannot be significant that way.
+The intervals cover the requests' sampling noise, not a drift of the machine between two runs:
+repeat a run to see that.
 """
 
 from __future__ import annotations
@@ -176,8 +186,43 @@ def difference(a: Samples, b: Samples, metric: str, seed: int = 0, num: int = NU
     diffs = rb[:m] - ra[:m]
     tail = (1 - level) / 2 * 100
     low, high = (float(x) for x in np.percentile(diffs, [tail, 100 - tail]))
-    return {"metric": metric, "a": base, "b": value, "diff": value - base, "low": low, "high": high,
-            "significant": low > 0 or high < 0, "level": level, "resamples": m, "n_a": len(va), "n_b": len(vb)}
+    out = {"metric": metric, "a": base, "b": value, "diff": value - base, "low": low, "high": high,
+           "level": level, "resamples": m, "n_a": len(va), "n_b": len(vb)}
+    if stat not in ("mean", "ratio"):
+        (a_low, a_high), (b_low, b_high) = (bounded(len(v), stat, level) for v in (va, vb))
+        out["low"] = low if b_low and a_high else None
+        out["high"] = high if b_high and a_low else None
+        if None in (out["low"], out["high"]):
+            out["open"] = f"p{stat:g} is bounded at {level:.2%} from {requests_to_bound(stat, level):,} requests on"
+    out["significant"] = (out["low"] is not None and out["low"] > 0) or (out["high"] is not None and out["high"] < 0)
+    return out
+
+
+def bounded(n: int, percentile: float, level: float) -> tuple[bool, bool]:
+    """Whether n samples bound the percentile from below and from above at `level` (exact test:
+    the smallest sample is below the q-quantile with probability 1 - (1 - q)^n, the largest above
+    it with 1 - q^n)."""
+    q, tail = percentile / 100, (1 - level) / 2
+    return (1 - q) ** n <= tail, q ** n <= tail
+
+
+def requests_to_bound(percentile: float, level: float) -> int:
+    """The fewest requests that bound the percentile on both sides at `level`."""
+    q, tail = percentile / 100, (1 - level) / 2
+    return math.ceil(math.log(tail) / math.log(max(q, 1 - q)))
+
+
+def open_note(noise: dict[str, dict[str, dict]]) -> str:
+    """What an open side (inf) in these differences means, or "" where none is open."""
+    opened = sorted({d["open"] for diffs in noise.values() for d in diffs.values() if "open" in d})
+    return f"inf: too few requests to bound a percentile ({'; '.join(opened)})" if opened else ""
+
+
+def interval_text(diff: dict) -> str:
+    """A difference's interval as printed: `[low, high]`, an open side as -inf or +inf."""
+    low = "-inf" if diff["low"] is None else f"{diff['low']:+,.2f}"
+    high = "+inf" if diff["high"] is None else f"{diff['high']:+,.2f}"
+    return f"[{low}, {high}]"
 
 
 def records_path(run: dict, path: str) -> str | None:

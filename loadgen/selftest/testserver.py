@@ -5,7 +5,8 @@ for `/v1/models`, `/v1/chat/completions`, `/v1/completions`, `/tokenize`, `/deto
 `/stats`, `/v1/embeddings` and a streamed `/v1/responses` (and `/last_request`: the headers and body of the latest completion request; with `--truth-stamps`,
 `/truth`: each content event's write time (perf_counter_ns) per `x-request-id`; with
 `--log-requests`, `/requests`: every completion request's body and the answer text it got, each
-answer's tokens being " a<N>" for the N-th request, so a test can follow multi-turn sessions). With
+answer's tokens being " a<N>" for the N-th request, so a test can follow multi-turn sessions;
+with `--spread F` each stream's TTFT and gaps are times a seeded factor from [1, 1 + F]). With
 `--certfile/--keyfile` it serves https. Every content chunk is one token (" tok"); the first token is written `ttft_ms` after the request arrives, then one token
 every `gap_ms` ("paced"), or all at once when `gap_ms` is 0 ("flood": one write per token, as
 servers write SSE events; with `burst`, one write for all of a request's tokens). `faults` cycles over the
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -98,13 +100,14 @@ class ServerScript:
     reasoning_field: str = "reasoning_content"  # or "reasoning" (newer vLLM, OpenRouter)
     tool_calls: bool = False  # chat: the events after the reasoning are tool-call deltas
     prefix_cache: bool = False  # a prefix cache (_PrefixCache); usage counts prompt bytes and cached_tokens
+    spread: float = 0.0  # each stream's TTFT and gaps times a seeded factor drawn from [1, 1 + spread]
 
     def __post_init__(self) -> None:
         bad = set(self.faults) - FAULTS
         if bad:
             raise ValueError(f"unknown faults {sorted(bad)}")
-        if self.ttft_ms < 0 or self.gap_ms < 0:
-            raise ValueError("ttft_ms and gap_ms must be >= 0")
+        if self.ttft_ms < 0 or self.gap_ms < 0 or self.spread < 0:
+            raise ValueError("ttft_ms, gap_ms and spread must be >= 0")
         if self.metrics not in (None, *METRIC_NAMES):
             raise ValueError(f"metrics must be one of {sorted(METRIC_NAMES)}")
         if self.capacity is not None and self.capacity < 1:
@@ -242,6 +245,7 @@ class ScriptedServer:
         self._serving = 0
         self._queue: deque[_Stream] = deque()
         self.prefix_cache = _PrefixCache()
+        self.rng = random.Random(0)
 
     async def start(self) -> int:
         """Listen on 127.0.0.1; returns the bound port."""
@@ -419,11 +423,12 @@ class _Stream:
         self.pending = b""
         self.t0 = 0.0
         self.released = False
+        self.scale = 1.0 + server.rng.random() * server.script.spread
 
     def begin(self) -> None:
         """Served from now: the first token `ttft_ms` later (a queued stream starts its clock here)."""
         loop = asyncio.get_running_loop()
-        self.t0 = loop.time() + self.server.script.ttft_ms / 1e3
+        self.t0 = loop.time() + self.server.script.ttft_ms * self.scale / 1e3
         loop.call_at(self.t0, self.step)
 
     def _release(self) -> None:
@@ -443,7 +448,7 @@ class _Stream:
             self._finish()
             return
         loop = asyncio.get_running_loop()
-        loop.call_at(self.t0 + self.sent * script.gap_ms / 1e3, self.step)
+        loop.call_at(self.t0 + self.sent * script.gap_ms * self.scale / 1e3, self.step)
 
     def _flood(self) -> None:
         if self.server.script.burst and self.fault == "ok":
@@ -741,6 +746,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="chat: the token events after the reasoning are tool-call deltas, not content")
     p.add_argument("--prefix-cache", action="store_true",
                    help="a prefix cache of 16-byte blocks: usage counts prompt bytes and gives cached_tokens")
+    p.add_argument("--spread", type=float, default=0.0, metavar="F",
+                   help="each stream's TTFT and gaps times a seeded factor drawn from [1, 1 + F]")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
     p.add_argument("--certfile", default=None, help="serve https with this certificate (and --keyfile)")
     p.add_argument("--keyfile", default=None)
@@ -753,7 +760,7 @@ def main(argv: list[str] | None = None) -> None:
                           truth_stamps=args.truth_stamps, empty_every=args.empty_every,
                           role_chunk=args.role_chunk, reasoning_tokens=args.reasoning_tokens,
                           reasoning_field=args.reasoning_field, tool_calls=args.tool_calls,
-                          prefix_cache=args.prefix_cache)
+                          prefix_cache=args.prefix_cache, spread=args.spread)
     import uvloop
 
     async def serve() -> None:
