@@ -233,8 +233,8 @@ WHY = {
        "The HTTP process is the limit, so less CPU per token is more tokens per second. loadgen "
        "no longer flags these runs (kernel receive stamps; see the README, \"The main job\"). "
        "The ratio moves from run to run: with loadgen's earlier transport it was 1.40-1.64x; "
-       "with its socket transport 1.24x, 1.34x, 1.53x, 1.35x, 1.20x, 1.41x, 1.63x and 1.48x in "
-       "eight runs on 2026-11-27 (this report the last, on a quiet machine). The legacy forms' "
+       "with its socket transport 1.24x, 1.34x, 1.53x, 1.35x, 1.20x, 1.41x, 1.63x, 1.48x, 1.37x "
+       "and 1.54x in ten runs on 2026-11-27 (this report the last, on a quiet machine). The legacy forms' "
        "streams do not finish together (about 1,000 of "
        "all-legacy's 2048 in a first wave in some runs, a 4-s tail in others; cause not found). "
        "Under upstream's opt-in msgpack IPC "
@@ -242,14 +242,14 @@ WHY = {
        "lasts: immediate wake-ups let legacy consumers find several outputs queued and send them "
        "as one chunk (more tokens per chunk), which cuts the per-chunk cost; batched wake-ups "
        "stop that coalescing. With the earlier client that made H1 cost throughput (0.63x); in "
-       "this report all-optimized gives 1.14x there, and H1 alone (immediate wake-ups, H2 "
-       "optimized) 1.24x.",
+       "this report all-optimized gives 0.93x there (1.14x in the report before), and H1 alone "
+       "(immediate wake-ups, H2 optimized) 1.17x.",
     2: "Does not hold in this report, and moves from run to run with how all-legacy's streams "
        "spread: it held on 2026-11-26 (TPOT 92.0 -> 63.5 ms) and 2026-11-27 08:05 (70.5 -> 65.0 "
-       "ms), not at 06:00 (TPOT 2.25x), at 10:51 (44.3 -> 92.9 ms) nor here (42.9 -> 61.0 ms), "
-       "where a first wave of all-legacy's streams ran at a low TPOT while the rest waited "
-       "(achieved concurrency 1,461 against 1,925). In the no-yield regime legacy's coalesced "
-       "chunks (1.96 tokens each here) give it the lower TPOT and ITL.",
+       "ms), not at 06:00 (TPOT 2.25x), at 10:51 (44.3 -> 92.9 ms), at 13:33 (42.9 -> 61.0 ms) nor "
+       "here (53.2 -> 68.1 ms), where a first wave of all-legacy's streams ran at a low TPOT while "
+       "the rest waited (achieved concurrency 1,512 against 1,963). In the no-yield regime "
+       "legacy's coalesced chunks (1.93 tokens each here) give it the lower TPOT and ITL.",
     12: "Where the model's step, not the HTTP process, sets the pace (a decode node modelled as "
         "one H100 with an 8B model, 70 ms a step at 2048 sequences; second column: one modelled "
         "H100 doing prefill and decode), every form gives the same throughput; the optimized "
@@ -260,18 +260,19 @@ WHY = {
        "#22567 alone (`--stream-output reference-full`) keeps an O(n) string per wake-up and "
        "stays superlinear; handing the consumer only the new text (one step past upstream) is "
        "what makes the default mode O(n) per request. End to end (long-output, up to 16K tokens) "
-       "legacy's slope is above 1 but far from 2 (1.12 to 1.35 across reports, 1.18 here): at these lengths "
+       "legacy's slope is above 1 but far from 2 (1.12 to 1.35 across reports, 1.20 here): at these lengths "
        "the quadratic copy is a small share of the HTTP process's per-chunk work.",
     4: "Holds in direction: legacy default streaming is slower than incremental (first ratio; "
        "1.6x to 2.5x across reports, upstream's 2.3x is before its fix). After the fix (second "
        "ratio) default streaming is on par with incremental: what is left is the cumulative id "
        "list and one final copy, and this ratio moves from run to run more than any other (0.75x "
-       "to 1.34x in the reports so far; incremental 0.94x of default here).",
+       "to 1.34x in the reports so far; incremental 1.07x of default here).",
     5: "Holds in direction for all-legacy → all-optimized; H3 alone moves between reports "
-       "(1.85x here, 1.01x and 1.99x in the reports before; upstream +82.6% with a real model's steps "
-       "between outputs). TTFT here is short in every form because the HTTP process has its own core and "
-       "16 streams start at once (upstream's 70 s TTFT came from 400 requests queueing behind a "
-       "saturated tokenizer manager).",
+       "(1.71x here, 1.85x, 1.01x and 1.99x in the reports before; upstream +82.6% with a real "
+       "model's steps between outputs). TTFT here is short in every form (median 14-160 ms) because "
+       "the HTTP process has its own core and 16 streams start at once, so its ratio moves with "
+       "which streams start first (0.60x in the report before, 5.34x here); upstream's 70 s TTFT "
+       "came from 400 requests queueing behind a saturated tokenizer manager.",
     6: "On par end to end, even for long prompts: the list → tensor build happens once per "
        "prefill, invisible next to the modelled prefill of ~100K tokens; the win is a "
        "micro-benchmark one (benchmarks/bench_token_storage.py, the tensor-build stage).",
@@ -290,8 +291,8 @@ WHY = {
         "128 the trigger has a threshold of 1 or more per rank. On one rank (second column) the "
         "trigger only costs: there is no collapse to recover.",
     11: "No end-to-end effect shown at these lengths: one run per form, and the two differ about "
-        "as repeats of one form do here (11% faster in this report, 28% and 16% in the two before, "
-        "6% slower in the one before those). "
+        "as repeats of one form do here (13% slower in this report, 11%, 28% and 16% faster in the "
+        "three before, 6% slower in the one before those). "
         "The tracker's O(n) copy per chunk is a small "
         "share of the HTTP process's per-chunk work up to 16K tokens; its growth shows in the "
         "serving-layer benchmark (the H3 growth row, where legacy is copy + concat).",
