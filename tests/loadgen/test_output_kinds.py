@@ -20,7 +20,7 @@ from loadgen.plan.config import RunConfig
 from loadgen.report.html import render
 from loadgen.run.output_kinds import has_kinds
 from loadgen.run.sse import MalformedSSE, parse_stream, parse_whole
-from loadgen.selftest.testserver import TOOL_NAME
+from loadgen.selftest.scripted_stream import TOOL_NAME
 
 DONE = b"data: [DONE]\n\n"
 MS = 1e6

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.selftest.testserver import SCRIPTED_TIMING
+from loadgen.selftest.scripted_stream import SCRIPTED_TIMING
 
 HEADINGS = ("Runs", "Workload", "Summary", "Client health", "Where the times come from", "Plots", "Output throughput and requests in flight",
             "TTFT and ITL over time", "Latency distributions (CDF)", "Server queue and KV cache",

@@ -21,7 +21,7 @@ from loadgen.measure.server_metrics import (
     wanted_names,
 )
 from loadgen.plan.config import RunConfig
-from loadgen.selftest.testserver import (
+from loadgen.selftest.scripted_stream import (
     SCRIPTED_KV_USAGE,
     SCRIPTED_PREEMPTIONS,
     SCRIPTED_TIMING,

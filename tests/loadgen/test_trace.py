@@ -18,7 +18,7 @@ from loadgen.plan.config import RunConfig
 from loadgen.plan.datasets import DatasetConfig, build_prompts
 from loadgen.plan.lengths import probe_server
 from loadgen.run.runner import SetupError, run
-from loadgen.selftest.testserver import MAX_MODEL_LEN
+from loadgen.selftest.scripted_stream import MAX_MODEL_LEN
 
 #: (timestamp ms, hash ids): irregular gaps, shared and distinct prefixes.
 LINES = [(0, [0, 1]), (40, [0, 1]), (45, [0, 2]), (260, [3]), (300, [0, 1, 4]), (520, [])]
