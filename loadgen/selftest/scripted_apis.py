@@ -1,18 +1,16 @@
 """The scripted server's issue-32 APIs: `/v1/embeddings` (a whole answer `ttft_ms` after the
-request) and a streamed `/v1/responses` (timed as chat is, in the Responses API's events)."""
+request) and a streamed `/v1/responses` (timed as chat is, in the Responses API's events). Each
+route takes the server (`testserver.ScriptedServer`), the connection (its handler) and the body;
+they are not typed here, as `Stream`'s are not, so that this module does not import `testserver`."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from loadgen.selftest.scripted_stream import MODEL_NAME, SSE_HEAD, Stream, chunked, json_response
-
-if TYPE_CHECKING:
-    from loadgen.selftest.testserver import ScriptedServer, _Handler
 
 #: The requests whose headers and body `/last_request` keeps.
 GENERATION_PATHS = (b"/v1/chat/completions", b"/v1/completions", b"/v1/embeddings", b"/v1/responses")
@@ -29,7 +27,7 @@ class _ResponsesRequest(msgspec.Struct):
     stream: bool = False
 
 
-def _embed(server: ScriptedServer, conn: _Handler, body: bytes) -> None:
+def _embed(server, conn, body: bytes) -> None:
     """One vector per input and usage.prompt_tokens (a text counts its UTF-8 bytes, as /tokenize),
     `ttft_ms` after the request; the truth keeps each latency as TTFT."""
     arrived = time.perf_counter_ns()
@@ -58,7 +56,7 @@ def _embed(server: ScriptedServer, conn: _Handler, body: bytes) -> None:
     asyncio.get_running_loop().create_task(later())
 
 
-def _respond(server: ScriptedServer, conn: _Handler, body: bytes) -> None:
+def _respond(server, conn, body: bytes) -> None:
     """A streamed Responses answer: `response.created` with the head, one `response.output_text.delta`
     per token as chat's tokens are timed, then `response.completed` with usage (no [DONE])."""
     arrived = time.perf_counter_ns()
